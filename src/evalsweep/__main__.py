@@ -1,0 +1,5 @@
+"""Allow ``python -m evalsweep``."""
+
+from evalsweep.cli import main
+
+main()
