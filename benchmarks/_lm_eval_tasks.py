@@ -1,0 +1,340 @@
+"""Shared plumbing for the benchmarks that compare evalsweep with lm-evaluation-harness.
+
+lm-eval's own ``mmlu`` and ``gsm8k`` tasks download from the Hugging Face Hub, which
+these benchmarks may not touch. So we write task YAMLs that are lm-eval's own, field for
+field (read from the installed package, not retyped), with only the dataset source
+changed to the local files under ``shared/data``. Everything else (prompt templates,
+few-shot split and sampler, filters, metrics, group aggregation) stays lm-eval's, so a
+difference between the two harnesses cannot come from a hand-copied template.
+
+Task and group names get a ``local_`` prefix so nothing collides with built-in tasks.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+PREFIX = "local_"
+LETTERS = "ABCD"
+# Keys of lm-eval's MMLU group YAMLs that we know how to rename; anything new fails loudly.
+GROUP_KEYS = {"group", "group_alias", "task", "aggregate_metric_list", "metadata"}
+REPO_ROOT = Path(__file__).resolve().parent.parent
+DEFAULT_DATA_DIR = (REPO_ROOT / ".." / "shared" / "data").resolve()
+OFFLINE_ENV = {
+    "HF_HUB_OFFLINE": "1",
+    "HF_DATASETS_OFFLINE": "1",
+    "TRANSFORMERS_OFFLINE": "1",
+    "TOKENIZERS_PARALLELISM": "false",
+}
+
+
+def lm_eval_tasks_dir() -> Path:
+    """Locate the installed lm-eval's task YAMLs (the source of truth we copy from)."""
+    import lm_eval
+
+    return Path(lm_eval.__file__).parent / "tasks"
+
+
+def offline_env() -> dict[str, str]:
+    """Environment for subprocesses: the Hub must never be contacted."""
+    return {**os.environ, **OFFLINE_ENV}
+
+
+# ---------------------------------------------------------------------------------------
+# Data conversion
+# ---------------------------------------------------------------------------------------
+
+
+def mmlu_subjects(data_dir: Path) -> list[str]:
+    """The 57 subjects, from the test CSV file names (sorted, as lm-eval lists them)."""
+    return sorted(
+        p.name.removesuffix("_test.csv") for p in (data_dir / "mmlu" / "test").glob("*.csv")
+    )
+
+
+def read_mmlu_csv(path: Path, subject: str) -> list[dict[str, Any]]:
+    """Rows of a headerless MMLU CSV in cais/mmlu's schema, in file order."""
+    with path.open(newline="", encoding="utf-8") as handle:
+        rows = list(csv.reader(handle))
+    return [
+        {
+            "question": row[0],
+            "subject": subject,
+            "choices": row[1:5],
+            "answer": LETTERS.index(row[5].strip()),
+        }
+        for row in rows
+    ]
+
+
+def _write_jsonl(path: Path, docs: Sequence[dict[str, Any]]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    text = "".join(json.dumps(doc, ensure_ascii=False) + "\n" for doc in docs)
+    # Rewrite only on change: the datasets cache keys on file mtime, so stable files
+    # let repeated benchmark runs reuse lm-eval's preprocessed dataset.
+    if not path.exists() or path.read_text(encoding="utf-8") != text:
+        path.write_text(text, encoding="utf-8")
+
+
+# ---------------------------------------------------------------------------------------
+# Task YAMLs
+# ---------------------------------------------------------------------------------------
+
+
+def _load_with_includes(path: Path) -> dict[str, Any]:
+    """Load an lm-eval YAML and merge its ``include`` the way lm-eval does (local keys win)."""
+    cfg: dict[str, Any] = yaml.safe_load(path.read_text(encoding="utf-8"))
+    include = cfg.pop("include", None)
+    if include is None:
+        return cfg
+    merged: dict[str, Any] = {}
+    for inc in include if isinstance(include, list) else [include]:
+        merged.update(_load_with_includes(path.parent / inc))
+    merged.update(cfg)
+    return merged
+
+
+def _prefixed(names: str | list[str]) -> str | list[str]:
+    if isinstance(names, str):
+        return PREFIX + names
+    return [PREFIX + name for name in names]
+
+
+def _dump(path: Path, cfg: dict[str, Any]) -> None:
+    path.write_text(yaml.safe_dump(cfg, sort_keys=False, allow_unicode=True, width=1000))
+
+
+def write_mmlu_tasks(data_dir: Path, out_dir: Path) -> list[str]:
+    """Write ``local_mmlu`` (57 subtasks, 4 category groups) reading the local CSVs.
+
+    Returns the subtask names. Every field comes from lm-eval's ``tasks/mmlu/default``
+    YAMLs; only ``dataset_path``/``dataset_name`` are replaced by local JSONL files and
+    names/tags are prefixed.
+    """
+    src = lm_eval_tasks_dir() / "mmlu" / "default"
+    task_dir = out_dir / "mmlu"
+    task_dir.mkdir(parents=True, exist_ok=True)
+    names: list[str] = []
+    for yaml_path in sorted(src.glob("mmlu_*.yaml")):
+        cfg = _load_with_includes(yaml_path)
+        subject = cfg.pop("dataset_name")
+        files = {}
+        for split, folder in ((cfg["test_split"], "test"), (cfg["fewshot_split"], "dev")):
+            csv_path = data_dir / "mmlu" / folder / f"{subject}_{folder}.csv"
+            jsonl = out_dir / "data" / "mmlu" / f"{subject}_{folder}.jsonl"
+            _write_jsonl(jsonl, read_mmlu_csv(csv_path, subject))
+            files[split] = str(jsonl)
+        assert cfg.pop("dataset_path") == "cais/mmlu", yaml_path
+        cfg = {
+            **cfg,
+            "task": PREFIX + cfg["task"],
+            "tag": _prefixed(cfg["tag"]),
+            "dataset_path": "json",
+            "dataset_kwargs": {"data_files": files},
+        }
+        _dump(task_dir / f"{cfg['task']}.yaml", cfg)
+        names.append(cfg["task"])
+    for yaml_path in sorted(src.glob("_mmlu*.yaml")):
+        cfg = _load_with_includes(yaml_path)
+        unexpected = set(cfg) - {
+            "group",
+            "group_alias",
+            "task",
+            "aggregate_metric_list",
+            "metadata",
+        }
+        assert not unexpected, f"{yaml_path}: unhandled group keys {unexpected}"
+        cfg["group"] = PREFIX + cfg["group"]
+        cfg["task"] = _prefixed(cfg["task"])
+        _dump(task_dir / f"_{cfg['group']}.yaml", cfg)
+    expected = len(mmlu_subjects(data_dir))
+    assert len(names) == expected == 57, (len(names), expected)
+    return names
+
+
+def write_gsm8k_task(data_dir: Path, out_dir: Path) -> str:
+    """Write ``local_gsm8k``: lm-eval's ``gsm8k.yaml`` reading the local train/test JSONL.
+
+    The local files are openai/grade-school-math's originals, whose schema
+    (``question``, ``answer``) is the one the Hub's ``openai/gsm8k`` ``main`` uses.
+    """
+    cfg = _load_with_includes(lm_eval_tasks_dir() / "gsm8k" / "gsm8k.yaml")
+    assert cfg.pop("dataset_path") == "openai/gsm8k"
+    assert cfg.pop("dataset_name") == "main"
+    splits = {cfg["training_split"], cfg["fewshot_split"], cfg["test_split"]}
+    cfg = {
+        **cfg,
+        "task": PREFIX + cfg["task"],
+        "dataset_path": "json",
+        "dataset_kwargs": {
+            "data_files": {split: str(data_dir / "gsm8k" / f"{split}.jsonl") for split in splits}
+        },
+    }
+    if "tag" in cfg:
+        cfg["tag"] = _prefixed(cfg["tag"])
+    task_dir = out_dir / "gsm8k"
+    task_dir.mkdir(parents=True, exist_ok=True)
+    _dump(task_dir / f"{cfg['task']}.yaml", cfg)
+    return str(cfg["task"])
+
+
+def write_task_dir(out_dir: Path, data_dir: Path = DEFAULT_DATA_DIR) -> Path:
+    """Write all local task YAMLs and converted data under ``out_dir`` (the --include_path)."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    write_mmlu_tasks(data_dir.resolve(), out_dir)
+    write_gsm8k_task(data_dir.resolve(), out_dir)
+    return out_dir
+
+
+# ---------------------------------------------------------------------------------------
+# Checkpoints
+# ---------------------------------------------------------------------------------------
+
+
+def build_local_checkpoint(
+    out_dir: Path,
+    *,
+    data_dir: Path = DEFAULT_DATA_DIR,
+    architecture: str = "gpt2",
+    n_layer: int = 2,
+    width: int = 64,
+    n_head: int = 4,
+    seed: int = 0,
+) -> Path:
+    """Build a random-weight checkpoint with evalsweep's own builder (no Hub download).
+
+    Speed and agreement depend on architecture, shape and tokenizer, not on trained
+    weights, so a random model of a real architecture is a fair test subject.
+    """
+    from evalsweep.demo import build_checkpoint, build_tokenizer, corpus_from_data_dir
+
+    tokenizer = build_tokenizer(corpus_from_data_dir(data_dir, 5000), 2048)
+    return build_checkpoint(
+        out_dir,
+        tokenizer,
+        architecture=architecture,
+        n_layer=n_layer,
+        width=width,
+        n_head=n_head,
+        seed=seed,
+    )
+
+
+# ---------------------------------------------------------------------------------------
+# Running and measuring subprocesses
+# ---------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Measured:
+    """Wall clock and peak resident memory of one subprocess (and its children)."""
+
+    wall_s: float
+    peak_rss_mib: float
+    returncode: int
+
+
+def run_measured(cmd: Sequence[str], log_path: Path, cwd: Path | None = None) -> Measured:
+    """Run ``cmd`` offline, logging its output, and measure wall time and peak RSS.
+
+    Peak RSS is the sum over the process tree, polled with psutil every 50 ms, so
+    worker children count too. (ru_maxrss of RUSAGE_CHILDREN would be a max over every
+    child this process ever waited for, not a per-run figure.)
+    """
+    import psutil
+
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    peak = 0
+    start = time.perf_counter()
+    with log_path.open("w") as log:
+        proc = subprocess.Popen(
+            list(cmd), stdout=log, stderr=subprocess.STDOUT, env=offline_env(), cwd=cwd
+        )
+        done = threading.Event()
+
+        def poll() -> None:
+            nonlocal peak
+            try:
+                root = psutil.Process(proc.pid)
+            except psutil.NoSuchProcess:
+                return
+            while not done.is_set():
+                try:
+                    tree = [root, *root.children(recursive=True)]
+                    peak = max(peak, sum(p.memory_info().rss for p in tree))
+                except psutil.Error:
+                    pass
+                done.wait(0.05)
+
+        poller = threading.Thread(target=poll, daemon=True)
+        poller.start()
+        returncode = proc.wait()
+        wall = time.perf_counter() - start
+        done.set()
+        poller.join()
+    return Measured(wall_s=wall, peak_rss_mib=peak / 2**20, returncode=returncode)
+
+
+def lm_eval_command(
+    checkpoint: Path,
+    tasks: str,
+    include_path: Path,
+    output_path: Path,
+    *,
+    limit: int | None,
+    num_fewshot: int = 5,
+    batch_size: str = "1",
+) -> list[str]:
+    """The lm-eval invocation both benchmarks use (HF backend, float32, CPU)."""
+    cmd = [
+        sys.executable,
+        "-m",
+        "lm_eval",
+        "--model",
+        "hf",
+        "--model_args",
+        f"pretrained={checkpoint},dtype=float32",
+        "--device",
+        "cpu",
+        "--tasks",
+        tasks,
+        "--num_fewshot",
+        str(num_fewshot),
+        "--batch_size",
+        batch_size,
+        "--log_samples",
+        "--output_path",
+        str(output_path),
+        "--include_path",
+        str(include_path),
+    ]
+    if limit is not None:
+        cmd += ["--limit", str(limit)]
+    return cmd
+
+
+def read_lm_eval_output(
+    output_path: Path,
+) -> tuple[dict[str, Any], dict[str, list[dict[str, Any]]]]:
+    """Return lm-eval's results JSON and its logged samples keyed by task name."""
+    results_files = sorted(output_path.rglob("results_*.json"))
+    assert results_files, f"no lm-eval results under {output_path}"
+    results = json.loads(results_files[-1].read_text())
+    samples: dict[str, list[dict[str, Any]]] = {}
+    for path in sorted(output_path.rglob("samples_*.jsonl")):
+        task = path.name.removeprefix("samples_").rsplit("_", 1)[0]
+        with path.open() as handle:
+            samples.setdefault(task, []).extend(json.loads(line) for line in handle)
+    return results, samples
