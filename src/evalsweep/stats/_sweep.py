@@ -1,0 +1,274 @@
+"""Sweep-level comparison: every candidate checkpoint against the baseline.
+
+This is what the CLI calls. It pairs up score sets by (task, metric, subject),
+refuses to compare checkpoints that answered different questions, runs the paired
+test for each row, and only then looks at the whole report: headline rows form one
+Holm family (release-blocking verdicts need family-wise error control) and MMLU
+subject rows form one Benjamini-Hochberg family (drill-downs tolerate a controlled
+share of false discoveries). Following the statistics reference, by default each
+family spans every candidate in the report. Verdicts use the adjusted p-values;
+the MDE of each row is at the Bonferroni level alpha / m of its family.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+from evalsweep.errors import ComparisonError
+from evalsweep.stats._adjust import adjust
+from evalsweep.stats._paired import PairedComparison, paired_compare
+from evalsweep.stats._verdict import Verdict, decide_verdict
+
+GSM8K_LABEL_NOISE = 0.017
+"""Share of GSM8K problems with disputed labels (dataset card, Cobbe et al. App. A);
+on shared labels it can move a paired delta by at most about this much."""
+
+FamilyScope = Literal["report", "candidate"]
+Family = tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class ScoreSet:
+    """One checkpoint's per-question scores for one (task, metric, subject) row."""
+
+    checkpoint: str
+    task: str
+    metric: str
+    subject: str | None
+    """None for the task's headline metric; a subject name for an MMLU subject row."""
+    higher_is_better: bool
+    scores: Mapping[str, float]
+    """Document key -> per-question score in [0, 1]."""
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """One row of a sweep report: candidate against baseline on one metric."""
+
+    baseline: str
+    candidate: str
+    task: str
+    metric: str
+    subject: str | None
+    delta: float
+    ci_low: float
+    ci_high: float
+    p_value: float
+    p_adjusted: float
+    verdict: Verdict
+    n: int
+    mde: float
+    note: str | None
+
+    def to_dict(self) -> dict[str, str | float | int | None]:
+        """The row as JSON-ready plain values, one key per field."""
+        return {
+            "baseline": self.baseline,
+            "candidate": self.candidate,
+            "task": self.task,
+            "metric": self.metric,
+            "subject": self.subject,
+            "delta": self.delta,
+            "ci_low": self.ci_low,
+            "ci_high": self.ci_high,
+            "p_value": self.p_value,
+            "p_adjusted": self.p_adjusted,
+            "verdict": self.verdict.value,
+            "n": self.n,
+            "mde": self.mde,
+            "note": self.note,
+        }
+
+
+@dataclass(frozen=True)
+class _Pair:
+    baseline: ScoreSet
+    candidate: ScoreSet
+    family: Family
+
+
+def _row_name(row: ScoreSet) -> str:
+    suffix = f", subject {row.subject!r}" if row.subject is not None else ""
+    return f"task {row.task!r} (metric {row.metric!r}{suffix})"
+
+
+def _family(row: ScoreSet, scope: FamilyScope) -> Family:
+    kind = "headline" if row.subject is None else "subject"
+    if scope == "report":
+        return (kind,)
+    if row.subject is None:
+        return (kind, row.checkpoint)
+    return (kind, row.checkpoint, row.task, row.metric)
+
+
+def _pair_up(score_sets: Sequence[ScoreSet], baseline: str, scope: FamilyScope) -> list[_Pair]:
+    """Match each candidate row to the baseline row with the same (task, metric, subject)."""
+    rows: dict[tuple[str, str, str, str | None], ScoreSet] = {}
+    for row in score_sets:
+        key = (row.checkpoint, row.task, row.metric, row.subject)
+        if key in rows:
+            raise ComparisonError(
+                f"checkpoint {row.checkpoint!r} has two score sets for {_row_name(row)}"
+            )
+        rows[key] = row
+    if not any(row.checkpoint == baseline for row in score_sets):
+        present = sorted({row.checkpoint for row in score_sets})
+        raise ComparisonError(
+            f"baseline {baseline!r} has no scores; checkpoints present: {present}"
+        )
+    pairs = []
+    for row in score_sets:
+        base = rows.get((baseline, row.task, row.metric, row.subject))
+        if row.checkpoint == baseline or base is None:
+            continue
+        if base.higher_is_better != row.higher_is_better:
+            raise ComparisonError(
+                f"{row.checkpoint!r} and baseline {baseline!r} disagree on whether higher is "
+                f"better for {_row_name(row)}"
+            )
+        only_base = base.scores.keys() - row.scores.keys()
+        only_cand = row.scores.keys() - base.scores.keys()
+        if only_base or only_cand:
+            example = sorted(only_base or only_cand)[0]
+            raise ComparisonError(
+                f"cannot compare {row.checkpoint!r} with baseline {baseline!r} on "
+                f"{_row_name(row)}: {len(only_base)} doc keys only in the baseline, "
+                f"{len(only_cand)} only in the candidate (e.g. {example!r})"
+            )
+        pairs.append(_Pair(base, row, _family(row, scope)))
+    return pairs
+
+
+def _compare_row(
+    pair: _Pair, *, alpha: float, confidence: float, power: float, seed: int
+) -> PairedComparison:
+    keys = sorted(pair.baseline.scores)  # a canonical order keeps seeded resampling stable
+    try:
+        return paired_compare(
+            [pair.baseline.scores[k] for k in keys],
+            [pair.candidate.scores[k] for k in keys],
+            confidence=confidence,
+            seed=seed,
+            alpha=alpha,
+            power=power,
+        )
+    except ComparisonError as exc:
+        raise ComparisonError(
+            f"{pair.candidate.checkpoint!r} vs {pair.baseline.checkpoint!r} on "
+            f"{_row_name(pair.candidate)}: {exc}"
+        ) from None
+
+
+def _note(
+    task: str, delta: float, ci: tuple[float, float], verdict: Verdict, margin: float
+) -> str | None:
+    notes = []
+    if task.lower().startswith("gsm8k") and abs(delta) <= GSM8K_LABEL_NOISE:
+        notes.append(
+            f"within the GSM8K label-noise band (±{GSM8K_LABEL_NOISE:.1%}): check whether the "
+            "discordant items concentrate in disputed problems"
+        )
+    if verdict is Verdict.NO_SIGNIFICANT_CHANGE and (ci[0] < -margin or ci[1] > margin):
+        notes.append(f"inconclusive: the CI reaches beyond ±{margin:.1%}")
+    return "; ".join(notes) or None
+
+
+def compare_sweep(
+    score_sets: Sequence[ScoreSet],
+    baseline: str,
+    *,
+    alpha: float = 0.05,
+    min_effect: float = 0.0,
+    confidence: float = 0.95,
+    power: float = 0.80,
+    seed: int = 0,
+    practical_margin: float = 0.01,
+    subject_method: Literal["bh", "by"] = "bh",
+    scope: FamilyScope = "report",
+) -> list[Comparison]:
+    """Compare every other checkpoint with ``baseline`` on every row both have.
+
+    Args:
+        score_sets: one record per (checkpoint, task, metric, subject).
+        baseline: checkpoint label the others are compared against.
+        alpha: family-wise level for headline rows and FDR level q for subject rows.
+        min_effect: smallest oriented difference that earns a verdict.
+        confidence: level of the unadjusted per-row CI.
+        power: power at which each row's MDE is computed.
+        seed: seed for Monte Carlo tests and bootstrap CIs.
+        practical_margin: a "no significant change" row whose CI reaches beyond
+            ±margin is noted as inconclusive.
+        subject_method: "bh", or "by" for arbitrary dependence between subjects.
+        scope: "report" (the reference's default) puts all headline rows of the
+            report in one Holm family and all subject rows in one BH family;
+            "candidate" uses one Holm family per candidate and one BH family per
+            (candidate, task, metric).
+
+    Returns:
+        One :class:`Comparison` per paired row, candidates in order of first
+        appearance and rows in input order.
+
+    Raises:
+        ComparisonError: missing baseline, duplicate rows, rows whose doc keys
+            differ, disagreeing ``higher_is_better``, or unusable scores.
+    """
+    pairs = _pair_up(score_sets, baseline, scope)
+    sizes = Counter(pair.family for pair in pairs)
+    results = [
+        _compare_row(
+            pair, alpha=alpha / sizes[pair.family], confidence=confidence, power=power, seed=seed
+        )
+        for pair in pairs
+    ]
+
+    members: defaultdict[Family, list[int]] = defaultdict(list)
+    for index, pair in enumerate(pairs):
+        members[pair.family].append(index)
+    adjusted = [0.0] * len(pairs)
+    for family, indices in members.items():
+        method = "holm" if family[0] == "headline" else subject_method
+        for index, p in zip(
+            indices, adjust([results[i].p_value for i in indices], method), strict=True
+        ):
+            adjusted[index] = p
+
+    comparisons = []
+    for pair, result, p_adj in zip(pairs, results, adjusted, strict=True):
+        row = pair.candidate
+        verdict = decide_verdict(
+            result.delta,
+            p_adj,
+            higher_is_better=row.higher_is_better,
+            alpha=alpha,
+            min_effect=min_effect,
+        )
+        comparisons.append(
+            Comparison(
+                baseline=baseline,
+                candidate=row.checkpoint,
+                task=row.task,
+                metric=row.metric,
+                subject=row.subject,
+                delta=result.delta,
+                ci_low=result.ci_low,
+                ci_high=result.ci_high,
+                p_value=result.p_value,
+                p_adjusted=p_adj,
+                verdict=verdict,
+                n=result.n,
+                mde=result.mde,
+                note=_note(
+                    row.task,
+                    result.delta,
+                    (result.ci_low, result.ci_high),
+                    verdict,
+                    practical_margin,
+                ),
+            )
+        )
+    order = {name: i for i, name in enumerate(dict.fromkeys(r.checkpoint for r in score_sets))}
+    comparisons.sort(key=lambda c: order[c.candidate])  # stable: rows keep input order
+    return comparisons
