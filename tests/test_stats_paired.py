@@ -131,6 +131,19 @@ def test_paired_bootstrap_ci_on_t3_matches_reference() -> None:
     assert result.ci_high == pytest.approx(0.0387, abs=0.001)
 
 
+def test_normal_ci_follows_the_confidence_level() -> None:
+    result = paired_compare(*T3, confidence=0.90)
+    assert result.ci_low == pytest.approx(result.delta - 1.6448536 * result.se, abs=1e-9)
+    assert result.ci_high == pytest.approx(result.delta + 1.6448536 * result.se, abs=1e-9)
+
+
+def test_monte_carlo_p_value_counts_the_observed_arrangement() -> None:
+    # 30 same-sign differences: no random flip reaches |sum d|, so p = (1 + 0) / (R + 1).
+    result = paired_compare([0.2] * 30, [0.7] * 30, permutations=99)
+    assert result.method == "sign-flip-monte-carlo"
+    assert result.p_value == pytest.approx(1 / 100, abs=1e-12)
+
+
 def test_small_samples_use_the_bootstrap_ci_and_large_ones_the_normal_ci() -> None:
     assert paired_compare(*two_by_two(200, 30, 40, 29)).ci_method == "bootstrap-percentile"
     assert paired_compare(*two_by_two(200, 30, 40, 30)).ci_method == "normal"
@@ -321,11 +334,12 @@ def test_mcnemar_is_refused_for_fractional_scores() -> None:
 
 def test_miller_power_examples_match_reference_t7() -> None:
     assert questions_needed(0.03, omega2=1 / 9) == pytest.approx(968.997, abs=1e-3)
-    noisy = {"omega2": 1 / 9, "sigma2_a": 1 / 6, "sigma2_b": 1 / 6}
-    assert minimum_detectable_effect(198, **noisy) == pytest.approx(0.132733, abs=EXACT)
-    assert minimum_detectable_effect(198, **noisy, k_a=10, k_b=10) == pytest.approx(
-        0.075670, abs=EXACT
+    one = minimum_detectable_effect(198, omega2=1 / 9, sigma2_a=1 / 6, sigma2_b=1 / 6)
+    ten = minimum_detectable_effect(
+        198, omega2=1 / 9, sigma2_a=1 / 6, sigma2_b=1 / 6, k_a=10, k_b=10
     )
+    assert one == pytest.approx(0.132733, abs=EXACT)
+    assert ten == pytest.approx(0.075670, abs=EXACT)
     assert minimum_detectable_effect(1, omega2=1.0) == pytest.approx(2.801585, abs=EXACT)
 
 

@@ -51,8 +51,10 @@ def adjust(p_values: Sequence[float], method: AdjustMethod) -> list[float]:
         adjusted_sorted = np.maximum.accumulate(np.minimum(1.0, (m - rank + 1) * ranked))
     elif method in ("bh", "by"):
         scale = float(np.sum(1.0 / rank)) if method == "by" else 1.0
-        # m * p_(i) / i, made non-decreasing by taking the minimum over larger ranks.
-        stepped = np.minimum.accumulate((scale * m * ranked / rank)[::-1])[::-1]
+        # p_(i) * m / i, made non-decreasing by taking the minimum over larger ranks.
+        # Multiplying p by the factor m / i >= 1 (not dividing m * p by i) keeps the
+        # rounded result >= p, so an adjusted p-value never dips below its raw one.
+        stepped = np.minimum.accumulate((ranked * (scale * m / rank))[::-1])[::-1]
         adjusted_sorted = np.minimum(1.0, stepped)
     else:
         raise ValueError(f"unknown adjustment method {method!r}; use 'holm', 'bh' or 'by'")
