@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import csv
 import json
+import math
 import os
 import subprocess
 import sys
@@ -38,6 +39,7 @@ OFFLINE_ENV = {
     "TRANSFORMERS_OFFLINE": "1",
     "TOKENIZERS_PARALLELISM": "false",
 }
+os.environ.update(OFFLINE_ENV)  # this process too: warm_datasets_cache and the builder
 
 
 def lm_eval_tasks_dir() -> Path:
@@ -325,16 +327,106 @@ def lm_eval_command(
     return cmd
 
 
-def read_lm_eval_output(
-    output_path: Path,
-) -> tuple[dict[str, Any], dict[str, list[dict[str, Any]]]]:
+LmEvalSamples = dict[str, list[dict[str, Any]]]
+
+
+def read_lm_eval_output(output_path: Path) -> tuple[dict[str, Any], LmEvalSamples]:
     """Return lm-eval's results JSON and its logged samples keyed by task name."""
     results_files = sorted(output_path.rglob("results_*.json"))
     assert results_files, f"no lm-eval results under {output_path}"
     results = json.loads(results_files[-1].read_text())
-    samples: dict[str, list[dict[str, Any]]] = {}
+    samples: LmEvalSamples = {}
     for path in sorted(output_path.rglob("samples_*.jsonl")):
         task = path.name.removeprefix("samples_").rsplit("_", 1)[0]
         with path.open() as handle:
             samples.setdefault(task, []).extend(json.loads(line) for line in handle)
     return results, samples
+
+
+def evalsweep_command(
+    checkpoints: Sequence[Path],
+    tasks: str,
+    data_dir: Path,
+    out_dir: Path,
+    *,
+    store: Path,
+    limit: int | None,
+    num_fewshot: int | None = 5,
+    batch_size: str | None = None,
+) -> list[str]:
+    """The evalsweep invocation both benchmarks use (CPU, float32, a fresh store)."""
+    cmd = [sys.executable, "-m", "evalsweep", "run", *map(str, checkpoints)]
+    cmd += ["--tasks", tasks, "--data-dir", str(data_dir), "--device", "cpu"]
+    cmd += ["--dtype", "float32", "--store", str(store), "--out", str(out_dir)]
+    if limit is not None:
+        cmd += ["--limit", str(limit)]
+    if num_fewshot is not None:
+        cmd += ["--num-fewshot", str(num_fewshot)]
+    if batch_size is not None:
+        cmd += ["--batch-size", batch_size]
+    return cmd
+
+
+def read_evalsweep_output(out_dir: Path) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """evalsweep's per-document rows and its aggregates as {name: (value, stderr, n)}.
+
+    Aggregate names follow ``lm_eval_aggregates`` in the parity script: a subject by bare
+    name, ``mmlu`` and ``mmlu/<category>``, ``gsm8k <metric>``.
+    """
+    with (out_dir / "samples.jsonl").open() as handle:
+        rows = [json.loads(line) for line in handle if line.strip()]
+    results = json.loads((out_dir / "results.json").read_text())
+    return rows, flatten_evalsweep_results(results)
+
+
+def flatten_evalsweep_results(results: Any) -> dict[str, tuple[float, float, int]]:
+    """Find aggregate records (dicts with metric/value/stderr) anywhere in results.json."""
+    out: dict[str, tuple[float, float, int]] = {}
+
+    def visit(node: Any, task: str | None) -> None:
+        if isinstance(node, dict):
+            task = node.get("task", task) if isinstance(node.get("task"), str) else task
+            if {"metric", "value", "stderr"} <= node.keys():
+                out[_aggregate_name(node, task)] = (
+                    _num(node["value"]),
+                    _num(node["stderr"]),
+                    int(node.get("n", 0)),
+                )
+                return
+            for key, value in node.items():
+                visit(value, key if key in ("mmlu", "gsm8k") else task)
+        elif isinstance(node, list):
+            for item in node:
+                visit(item, task)
+
+    visit(results, None)
+    return out
+
+
+def _num(value: Any) -> float:
+    return math.nan if value is None else float(value)
+
+
+def _aggregate_name(record: dict[str, Any], task: str | None) -> str:
+    level, group, metric = record.get("level"), record.get("group"), record["metric"]
+    if task == "gsm8k" or str(metric).startswith("exact_match"):
+        return f"gsm8k {metric}"
+    if level == "subject":
+        return str(group)
+    if level == "category":
+        return f"mmlu/{group}"
+    return "mmlu"
+
+
+def warm_datasets_cache(task_dir: Path) -> None:
+    """Load every local task's data files once so lm-eval's timed runs hit a warm cache.
+
+    ``datasets`` converts JSON to Arrow on first use and caches by file path and mtime;
+    that one-off conversion would otherwise be billed to whichever lm-eval run came first.
+    """
+    import datasets
+
+    for path in sorted(task_dir.rglob("*.yaml")):
+        cfg = yaml.safe_load(path.read_text(encoding="utf-8"))
+        if cfg.get("dataset_path") == "json":
+            datasets.load_dataset("json", **cfg["dataset_kwargs"])

@@ -1,0 +1,360 @@
+"""Per-question parity of evalsweep with lm-evaluation-harness on MMLU and GSM8K.
+
+Aggregate scores can agree while individual answers differ (errors cancel), so this
+compares every question: the MMLU letter each harness picks (from its four choice
+log-likelihoods) and the exact GSM8K generation, its extracted answers and both
+exact_match scores. Both harnesses see the same small random-weight checkpoint, built
+locally with evalsweep's own builder, and the same local data; lm-eval runs its own task
+YAMLs with only the dataset source changed (see ``_lm_eval_tasks.py``).
+
+Exit status 1 when MMLU agreement < 99.9 %, GSM8K response agreement < 99 %, or any
+exact_match score differs.
+
+Example (defaults take ~10 minutes on 2 CPU cores)::
+
+    python benchmarks/parity_lm_eval.py
+    python benchmarks/parity_lm_eval.py --arch llama --mmlu-limit 40 --gsm8k-limit 200
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+import tempfile
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _lm_eval_tasks import (  # noqa: E402
+    DEFAULT_DATA_DIR,
+    PREFIX,
+    build_local_checkpoint,
+    evalsweep_command,
+    lm_eval_command,
+    read_evalsweep_output,
+    read_lm_eval_output,
+    run_measured,
+    write_task_dir,
+)
+
+LETTERS = "ABCD"
+GSM8K_FILTERS = ("strict-match", "flexible-extract")
+MMLU_THRESHOLD = 0.999
+GSM8K_THRESHOLD = 0.99
+Row = dict[str, Any]
+
+
+# ---------------------------------------------------------------------------------------
+# Per-question comparison
+# ---------------------------------------------------------------------------------------
+
+
+def first_argmax(values: Sequence[float]) -> int:
+    """np.argmax semantics (first maximum), which lm-eval's ``acc`` uses."""
+    return max(range(len(values)), key=lambda i: (values[i], -i))
+
+
+def has_tie(values: Sequence[float]) -> bool:
+    """True when the best log-likelihood is shared exactly: the pick is then arbitrary."""
+    return sum(v == max(values) for v in values) > 1
+
+
+@dataclass
+class MmluParity:
+    """Per-question MMLU agreement between the two harnesses."""
+
+    compared: int = 0
+    agree: int = 0
+    ties: int = 0
+    acc_differs: int = 0
+    missing: list[str] = field(default_factory=list)
+    max_abs_ll_diff: float = 0.0
+    disagreements: list[str] = field(default_factory=list)
+
+    @property
+    def rate(self) -> float:
+        return self.agree / self.compared if self.compared else math.nan
+
+
+def compare_mmlu(lm_samples: Mapping[str, list[Row]], es_rows: Sequence[Row]) -> MmluParity:
+    """Match samples by (subject, doc_id) and compare predicted letters and log-likelihoods."""
+    lm: dict[tuple[str, int], Row] = {}
+    for task, rows in lm_samples.items():
+        if task.startswith(f"{PREFIX}mmlu_"):
+            subject = task.removeprefix(f"{PREFIX}mmlu_")
+            lm.update({(subject, int(row["doc_id"])): row for row in rows})
+    es = {(row["subject"], int(row["doc_id"])): row for row in es_rows if row["task"] == "mmlu"}
+    out = MmluParity()
+    out.missing = [f"{s}/{d} (evalsweep)" for s, d in sorted(lm.keys() - es.keys())]
+    out.missing += [f"{s}/{d} (lm-eval)" for s, d in sorted(es.keys() - lm.keys())]
+    for key in sorted(lm.keys() & es.keys()):
+        lm_lls = [float(resp[0][0]) for resp in lm[key]["resps"]]
+        es_lls = [float(x) for x in es[key]["logprobs"]]
+        out.max_abs_ll_diff = max(
+            out.max_abs_ll_diff, *(abs(a - b) for a, b in zip(lm_lls, es_lls, strict=True))
+        )
+        if float(lm[key]["acc"]) != float(es[key]["metrics"]["acc"]):
+            out.acc_differs += 1
+        if has_tie(lm_lls) or has_tie(es_lls):
+            out.ties += 1
+            continue
+        out.compared += 1
+        lm_pick = LETTERS[first_argmax(lm_lls)]
+        es_pick = _letter(es[key]["prediction"])
+        if lm_pick == es_pick:
+            out.agree += 1
+        else:
+            out.disagreements.append(
+                f"{key[0]}/{key[1]}: lm-eval {lm_pick} {lm_lls} vs evalsweep {es_pick} {es_lls}"
+            )
+    return out
+
+
+def _letter(prediction: Any) -> str:
+    return LETTERS[prediction] if isinstance(prediction, int) else str(prediction).strip()
+
+
+@dataclass
+class Gsm8kParity:
+    """Per-question GSM8K agreement: raw response, extracted answers, exact_match."""
+
+    compared: int = 0
+    same_response: int = 0
+    same_filtered: dict[str, int] = field(default_factory=dict)
+    same_score: dict[str, int] = field(default_factory=dict)
+    missing: list[str] = field(default_factory=list)
+    disagreements: list[str] = field(default_factory=list)
+
+    @property
+    def rate(self) -> float:
+        return self.same_response / self.compared if self.compared else math.nan
+
+    @property
+    def scores_equal(self) -> bool:
+        return all(self.same_score.get(f, 0) == self.compared for f in GSM8K_FILTERS)
+
+
+def compare_gsm8k(lm_samples: Mapping[str, list[Row]], es_rows: Sequence[Row]) -> Gsm8kParity:
+    """Match by doc_id; lm-eval logs one line per (doc, filter), evalsweep one per doc."""
+    lm: dict[int, dict[str, Row]] = {}
+    for row in lm_samples.get(f"{PREFIX}gsm8k", []):
+        lm.setdefault(int(row["doc_id"]), {})[row["filter"]] = row
+    es = {int(row["doc_id"]): row for row in es_rows if row["task"] == "gsm8k"}
+    out = Gsm8kParity(
+        same_filtered=dict.fromkeys(GSM8K_FILTERS, 0), same_score=dict.fromkeys(GSM8K_FILTERS, 0)
+    )
+    out.missing = [f"{d} (evalsweep)" for d in sorted(lm.keys() - es.keys())]
+    out.missing += [f"{d} (lm-eval)" for d in sorted(es.keys() - lm.keys())]
+    for doc_id in sorted(lm.keys() & es.keys()):
+        by_filter, mine = lm[doc_id], es[doc_id]
+        out.compared += 1
+        theirs = by_filter[GSM8K_FILTERS[0]]["resps"][0][0]
+        if theirs == mine["response"]:
+            out.same_response += 1
+        else:
+            out.disagreements.append(
+                f"doc {doc_id}: response differs {_first_diff(theirs, mine['response'])}"
+            )
+        for name in GSM8K_FILTERS:
+            lm_row = by_filter[name]
+            if lm_row["filtered_resps"][0] == mine["filtered"][name]:
+                out.same_filtered[name] += 1
+            if float(lm_row["exact_match"]) == float(mine["metrics"][f"exact_match,{name}"]):
+                out.same_score[name] += 1
+            else:
+                out.disagreements.append(
+                    f"doc {doc_id}: exact_match,{name} lm-eval {lm_row['exact_match']} "
+                    f"({lm_row['filtered_resps'][0]!r}) vs evalsweep "
+                    f"{mine['metrics'][f'exact_match,{name}']} ({mine['filtered'][name]!r})"
+                )
+    return out
+
+
+def _first_diff(a: str, b: str) -> str:
+    i = next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b)))
+    return f"at char {i}: lm-eval {a[i : i + 40]!r} vs evalsweep {b[i : i + 40]!r}"
+
+
+# ---------------------------------------------------------------------------------------
+# Aggregates
+# ---------------------------------------------------------------------------------------
+
+
+def lm_eval_aggregates(results: Mapping[str, Any]) -> dict[str, tuple[float, float, int]]:
+    """(value, stderr, n) per name: subjects by bare name, groups as mmlu[/category], gsm8k."""
+    out: dict[str, tuple[float, float, int]] = {}
+    table = {**results.get("results", {}), **results.get("groups", {})}
+    n_samples = results.get("n-samples", {})
+    for name, entry in table.items():
+        n = int(n_samples.get(name, {}).get("effective", 0))
+        if name == f"{PREFIX}gsm8k":
+            for f in GSM8K_FILTERS:
+                out[f"gsm8k exact_match,{f}"] = (
+                    entry[f"exact_match,{f}"],
+                    entry[f"exact_match_stderr,{f}"],
+                    n,
+                )
+        elif name == f"{PREFIX}mmlu":
+            out["mmlu"] = (entry["acc,none"], entry["acc_stderr,none"], n)
+        elif name.startswith(f"{PREFIX}mmlu_") and "acc,none" in entry:
+            short = name.removeprefix(f"{PREFIX}mmlu_")
+            key = f"mmlu/{short}" if short in CATEGORY_NAMES else short
+            out[key] = (entry["acc,none"], entry["acc_stderr,none"], n)
+    return out
+
+
+CATEGORY_NAMES = ("stem", "other", "social_sciences", "humanities")
+
+
+Aggregates = Mapping[str, tuple[float, float, int]]
+
+
+def print_aggregates(lm: Aggregates, es: Aggregates) -> list[str]:
+    """Print both harnesses' aggregates side by side; return the names whose figures differ."""
+    print(f"\n{'aggregate':<40} {'lm-eval':>17} {'evalsweep':>17}  same")
+    differ = []
+    for name in sorted(lm, key=lambda k: (not k.startswith(("mmlu", "gsm8k")), k)):
+        lv, ls, _ = lm[name]
+        mine = es.get(name)
+        if mine is None:
+            print(f"{name:<40} {lv:>8.4f}±{ls:<8.4f} {'-':>17}  ?")
+            continue
+        ev, estd = mine[0], mine[1]
+        same = math.isclose(lv, ev, abs_tol=1e-9) and (
+            (math.isnan(ls) and math.isnan(estd)) or math.isclose(ls, estd, abs_tol=1e-9)
+        )
+        mark = "yes" if same else "NO"
+        print(f"{name:<40} {lv:>8.4f}±{ls:<8.4f} {ev:>8.4f}±{estd:<8.4f}  {mark}")
+        if not same:
+            differ.append(f"{name}: lm-eval {lv!r} ± {ls!r}, evalsweep {ev!r} ± {estd!r}")
+    return differ
+
+
+# ---------------------------------------------------------------------------------------
+# Main
+# ---------------------------------------------------------------------------------------
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--arch", choices=("gpt2", "llama"), default="gpt2")
+    parser.add_argument("--n-layer", type=int, default=2)
+    parser.add_argument("--width", type=int, default=64)
+    parser.add_argument("--n-head", type=int, default=4)
+    parser.add_argument("--seed", type=int, default=0, help="weight init seed")
+    parser.add_argument("--tasks", default="mmlu,gsm8k", help="comma list of mmlu, gsm8k")
+    parser.add_argument("--mmlu-limit", type=int, default=10, help="first N rows per subject")
+    parser.add_argument("--gsm8k-limit", type=int, default=50, help="first N test problems")
+    parser.add_argument("--num-fewshot", type=int, default=5)
+    parser.add_argument("--lm-eval-batch-size", default="1")
+    parser.add_argument("--evalsweep-batch-size", default=None, help="default: evalsweep's own")
+    parser.add_argument("--data-dir", type=Path, default=DEFAULT_DATA_DIR)
+    parser.add_argument("--work-dir", type=Path, default=None, help="default: a temp dir")
+    parser.add_argument("--show", type=int, default=10, help="disagreements to print per task")
+    return parser.parse_args(argv)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    tasks = [t.strip() for t in args.tasks.split(",") if t.strip()]
+    work = args.work_dir or Path(tempfile.mkdtemp(prefix="evalsweep-parity-"))
+    work.mkdir(parents=True, exist_ok=True)
+    data_dir = args.data_dir.resolve()
+    print(f"work dir: {work}")
+    ckpt = build_local_checkpoint(
+        work / f"ckpt-{args.arch}",
+        data_dir=data_dir,
+        architecture=args.arch,
+        n_layer=args.n_layer,
+        width=args.width,
+        n_head=args.n_head,
+        seed=args.seed,
+    )
+    include = write_task_dir(work / "lm_eval_tasks", data_dir)
+    limits = {"mmlu": args.mmlu_limit, "gsm8k": args.gsm8k_limit}
+
+    lm_results: dict[str, Any] = {}
+    lm_samples: dict[str, list[Row]] = {}
+    es_rows: list[Row] = []
+    es_aggregates: dict[str, Any] = {}
+    for task in tasks:
+        # One process per task and harness: the tasks take different --limit values.
+        lm_out = work / f"lm_eval-{task}"
+        cmd = lm_eval_command(
+            ckpt, PREFIX + task, include, lm_out, limit=limits[task],
+            num_fewshot=args.num_fewshot, batch_size=args.lm_eval_batch_size,
+        )  # fmt: skip
+        measured = run_measured(cmd, work / f"lm_eval-{task}.log")
+        print(f"lm-eval   {task:<6} {measured.wall_s:7.1f} s  rc={measured.returncode}")
+        if measured.returncode:
+            print(f"lm-eval failed, see {work / f'lm_eval-{task}.log'}")
+            return 2
+        results, samples = read_lm_eval_output(lm_out)
+        lm_results = {
+            key: {**lm_results.get(key, {}), **value} if isinstance(value, dict) else value
+            for key, value in {**lm_results, **results}.items()
+        }
+        lm_samples.update(samples)
+
+        es_out = work / f"evalsweep-{task}"
+        cmd = evalsweep_command(
+            [ckpt], task, data_dir, es_out, store=work / f"store-{task}.db",
+            limit=limits[task], num_fewshot=args.num_fewshot,
+            batch_size=args.evalsweep_batch_size,
+        )  # fmt: skip
+        measured = run_measured(cmd, work / f"evalsweep-{task}.log")
+        print(f"evalsweep {task:<6} {measured.wall_s:7.1f} s  rc={measured.returncode}")
+        if measured.returncode:
+            print(f"evalsweep failed, see {work / f'evalsweep-{task}.log'}")
+            return 2
+        rows, aggregates = read_evalsweep_output(es_out)
+        es_rows += rows
+        es_aggregates.update(aggregates)
+
+    failed = False
+    if "mmlu" in tasks:
+        mmlu = compare_mmlu(lm_samples, es_rows)
+        print(
+            f"\nMMLU  predicted letter identical: {mmlu.agree}/{mmlu.compared} = "
+            f"{100 * mmlu.rate:.2f}%  (excluded exact ties: {mmlu.ties}; acc differs on "
+            f"{mmlu.acc_differs}; max |d loglik| = {mmlu.max_abs_ll_diff:.2e}; "
+            f"missing: {len(mmlu.missing)})"
+        )
+        for line in (mmlu.missing + mmlu.disagreements)[: args.show]:
+            print("  ", line)
+        failed |= not mmlu.rate >= MMLU_THRESHOLD or bool(mmlu.missing)
+    if "gsm8k" in tasks:
+        gsm = compare_gsm8k(lm_samples, es_rows)
+        print(
+            f"GSM8K response text identical: {gsm.same_response}/{gsm.compared} = "
+            f"{100 * gsm.rate:.2f}%  (missing: {len(gsm.missing)})"
+        )
+        for name in GSM8K_FILTERS:
+            print(
+                f"GSM8K {name:<16} extracted answer identical {gsm.same_filtered[name]}/"
+                f"{gsm.compared}, exact_match identical {gsm.same_score[name]}/{gsm.compared}"
+            )
+        for line in (gsm.missing + gsm.disagreements)[: args.show]:
+            print("  ", line)
+        failed |= not gsm.rate >= GSM8K_THRESHOLD or not gsm.scores_equal or bool(gsm.missing)
+
+    lm_agg = lm_eval_aggregates(lm_results)
+    differ = print_aggregates(lm_agg, es_aggregates)
+    gsm_differ = [
+        k for k in lm_agg if k.startswith("gsm8k") and k in es_aggregates
+        and not math.isclose(lm_agg[k][0], es_aggregates[k][0], abs_tol=1e-9)
+    ]  # fmt: skip
+    failed |= bool(gsm_differ)
+    print(f"\naggregates differing: {len(differ)}")
+    for line in differ:
+        print("  ", line)
+    print("PARITY FAILED" if failed else "PARITY OK")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

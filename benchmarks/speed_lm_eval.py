@@ -1,0 +1,326 @@
+"""Speed of evalsweep against lm-evaluation-harness, and against the physical floor.
+
+Both harnesses score the same locally built GPT-2-architecture checkpoint (4 layers,
+width 256, random weights) on the same local data in separate subprocesses:
+
+* MMLU, 5-shot, first 18 rows of each of the 57 subjects (1,026 questions);
+* GSM8K, 5-shot, first 100 test problems, greedy, 256 new tokens.
+
+Each side's wall clock (process start to exit, model load included) and peak RSS of
+its process tree are measured. lm-eval runs at its default batch size 1 and at 16; the
+faster is the anchor for the ratios (targets: MMLU <= 0.33, GSM8K <= 0.5).
+
+The MMLU "physical floor" is what no harness can beat on this machine: one bare batched
+forward pass (torch, inference mode, longest first) over the deduplicated input token
+sequences of the same 1,026 prompts, built from lm-eval's own logged prompts with its
+tokenization rule, computing the LM head only where a token is scored. Target: evalsweep
+MMLU time / floor <= 1.3.
+
+Figures are printed as a table and appended to benchmarks/RESULTS.md with the machine
+and versions.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import os
+import platform
+import shlex
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _lm_eval_tasks import (  # noqa: E402
+    DEFAULT_DATA_DIR,
+    PREFIX,
+    REPO_ROOT,
+    LmEvalSamples,
+    Measured,
+    build_local_checkpoint,
+    evalsweep_command,
+    lm_eval_command,
+    read_lm_eval_output,
+    run_measured,
+    warm_datasets_cache,
+    write_task_dir,
+)
+
+RESULTS_MD = Path(__file__).resolve().parent / "RESULTS.md"
+TARGETS = {"mmlu": 0.33, "gsm8k": 0.5}
+FLOOR_TARGET = 1.3
+
+
+@dataclass(frozen=True)
+class Floor:
+    """The bare forward pass: best time over the batch sizes tried."""
+
+    seconds: float
+    batch_size: int
+    sequences: int
+    tokens: int
+    by_batch_size: dict[int, float]
+
+
+def mmlu_input_sequences(
+    samples: LmEvalSamples, tokenizer: Any, max_length: int
+) -> set[tuple[int, ...]]:
+    """Deduplicated model inputs of lm-eval's MMLU requests, built as lm-eval builds them.
+
+    ``TemplateLM._encode_pair`` moves trailing context spaces into the continuation,
+    encodes context+continuation once and splits at len(encode(context)); the HF model
+    then feeds ``(context + continuation)[-(max_length + 1):][:-1]``. The four choices
+    of a question share that input, so they dedupe to one sequence per question.
+    """
+    inputs: set[tuple[int, ...]] = set()
+    for task, rows in samples.items():
+        if not task.startswith(f"{PREFIX}mmlu_"):
+            continue
+        for row in rows:
+            for request in row["arguments"].values():
+                context, continuation = request["arg_0"], request["arg_1"]
+                spaces = len(context) - len(context.rstrip())
+                if spaces:
+                    continuation = context[-spaces:] + continuation
+                    context = context[:-spaces]
+                whole = tokenizer.encode(context + continuation, add_special_tokens=False)
+                context_enc = tokenizer.encode(context, add_special_tokens=False)
+                tokens = context_enc + whole[len(context_enc) :]
+                inputs.add(tuple(tokens[-(max_length + 1) :][:-1]))
+    return inputs
+
+
+def physical_floor(checkpoint: Path, samples: LmEvalSamples, batch_sizes: Sequence[int]) -> Floor:
+    """Time one bare forward pass over the MMLU inputs for each batch size; keep the best."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(checkpoint)
+    model = AutoModelForCausalLM.from_pretrained(checkpoint, dtype=torch.float32).eval()
+    max_length = model.config.max_position_embeddings
+    sequences = sorted(mmlu_input_sequences(samples, tokenizer, max_length), key=len, reverse=True)
+    base, head = model.base_model, model.get_output_embeddings()
+
+    def one_pass(batch_size: int) -> float:
+        start = time.perf_counter()
+        with torch.inference_mode():
+            for i in range(0, len(sequences), batch_size):
+                batch = sequences[i : i + batch_size]
+                width = len(batch[0])
+                ids = torch.zeros((len(batch), width), dtype=torch.long)
+                mask = torch.zeros((len(batch), width), dtype=torch.long)
+                for row, seq in enumerate(batch):
+                    ids[row, : len(seq)] = torch.tensor(seq)
+                    mask[row, : len(seq)] = 1
+                hidden = base(input_ids=ids, attention_mask=mask).last_hidden_state
+                last = hidden[torch.arange(len(batch)), mask.sum(1) - 1]
+                torch.log_softmax(head(last).float(), dim=-1)
+        return time.perf_counter() - start
+
+    with torch.inference_mode():  # warm up kernels and allocator on a few short inputs
+        for seq in sequences[-8:]:
+            base(input_ids=torch.tensor([seq]))
+    timings = {bs: one_pass(bs) for bs in batch_sizes}
+    best = min(timings, key=timings.__getitem__)
+    return Floor(timings[best], best, len(sequences), sum(map(len, sequences)), timings)
+
+
+def machine_and_versions() -> dict[str, str]:
+    """What a reader needs to reproduce or discount the figures."""
+    import lm_eval
+    import torch
+    import transformers
+
+    cpu = platform.processor()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    mem_gib = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+    commit = subprocess.run(
+        ["git", "-C", str(REPO_ROOT), "rev-parse", "--short", "HEAD"],
+        capture_output=True, text=True, check=False,
+    ).stdout.strip()  # fmt: skip
+    return {
+        "machine": f"{cpu}, {os.cpu_count()} CPU cores, {mem_gib:.0f} GiB RAM, no GPU",
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "torch threads": str(torch.get_num_threads()),
+        "transformers": transformers.__version__,
+        "lm-eval": lm_eval.__version__,
+        "evalsweep commit": commit or "unknown",
+    }
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--mmlu-limit", type=int, default=18, help="rows per subject")
+    parser.add_argument("--gsm8k-limit", type=int, default=100, help="first N test problems")
+    parser.add_argument("--num-fewshot", type=int, default=5)
+    parser.add_argument("--tasks", default="mmlu,gsm8k", help="comma list of mmlu, gsm8k")
+    parser.add_argument(
+        "--lm-eval-batch-sizes", default="1,16", help="lm-eval batch sizes to try (or auto)"
+    )
+    parser.add_argument("--evalsweep-batch-size", default=None, help="default: evalsweep's own")
+    parser.add_argument("--floor-batch-sizes", default="1,8,32")
+    parser.add_argument("--data-dir", type=Path, default=DEFAULT_DATA_DIR)
+    parser.add_argument("--work-dir", type=Path, default=None, help="default: a temp dir")
+    parser.add_argument("--no-results-md", action="store_true", help="don't append RESULTS.md")
+    return parser.parse_args(argv)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    tasks = [t.strip() for t in args.tasks.split(",") if t.strip()]
+    work = args.work_dir or Path(tempfile.mkdtemp(prefix="evalsweep-speed-"))
+    work.mkdir(parents=True, exist_ok=True)
+    data_dir = args.data_dir.resolve()
+    print(f"work dir: {work}")
+    ckpt = build_local_checkpoint(
+        work / "ckpt-gpt2-4x256", data_dir=data_dir, n_layer=4, width=256, n_head=4
+    )
+    include = write_task_dir(work / "lm_eval_tasks", data_dir)
+    # Arrow-convert lm-eval's datasets once, untimed: a one-off cache fill is not speed.
+    warm_datasets_cache(include)
+    limits = {"mmlu": args.mmlu_limit, "gsm8k": args.gsm8k_limit}
+
+    lm: dict[str, dict[str, Measured]] = {}
+    es: dict[str, Measured] = {}
+    mmlu_samples: LmEvalSamples = {}
+    for task in tasks:
+        lm[task] = {}
+        for bs in args.lm_eval_batch_sizes.split(","):
+            out = work / f"lm_eval-{task}-bs{bs}"
+            cmd = lm_eval_command(
+                ckpt, PREFIX + task, include, out, limit=limits[task],
+                num_fewshot=args.num_fewshot, batch_size=bs,
+            )  # fmt: skip
+            measured = run_measured(cmd, work / f"lm_eval-{task}-bs{bs}.log")
+            _report(f"lm-eval {task} batch {bs}", measured)
+            lm[task][bs] = measured
+            if task == "mmlu" and not mmlu_samples and measured.returncode == 0:
+                mmlu_samples = read_lm_eval_output(out)[1]
+        cmd = evalsweep_command(
+            [ckpt], task, data_dir, work / f"evalsweep-{task}", store=work / f"store-{task}.db",
+            limit=limits[task], num_fewshot=args.num_fewshot, batch_size=args.evalsweep_batch_size,
+        )  # fmt: skip
+        es[task] = run_measured(cmd, work / f"evalsweep-{task}.log")
+        _report(f"evalsweep {task}", es[task])
+
+    floor = None
+    if "mmlu" in tasks and mmlu_samples:
+        sizes = [int(b) for b in args.floor_batch_sizes.split(",")]
+        floor = physical_floor(ckpt, mmlu_samples, sizes)
+        print(
+            f"floor: {floor.sequences} sequences, {floor.tokens} tokens; "
+            + ", ".join(f"batch {b}: {s:.1f} s" for b, s in floor.by_batch_size.items())
+        )
+
+    table = render_table(tasks, limits, lm, es, floor)
+    print("\n" + table)
+    if not args.no_results_md:
+        append_results(table, args, limits)
+        print(f"appended to {RESULTS_MD}")
+    failed = any(m.returncode for m in es.values()) or any(
+        m.returncode for runs in lm.values() for m in runs.values()
+    )
+    return 1 if failed else 0
+
+
+def _report(label: str, measured: Measured) -> None:
+    print(
+        f"{label:<28} {measured.wall_s:8.1f} s  peak RSS {measured.peak_rss_mib:7.0f} MiB"
+        f"  rc={measured.returncode}"
+    )
+
+
+def render_table(
+    tasks: Sequence[str],
+    limits: dict[str, int],
+    lm: dict[str, dict[str, Measured]],
+    es: dict[str, Measured],
+    floor: Floor | None,
+) -> str:
+    """Markdown table: every lm-eval setting, evalsweep, and the ratios to the faster one."""
+    lines = [
+        "| benchmark | run | wall s | peak RSS MiB | evalsweep / this (time) | target |",
+        "| --- | --- | ---: | ---: | ---: | ---: |",
+    ]
+    for task in tasks:
+        ok = {bs: m for bs, m in lm[task].items() if m.returncode == 0}
+        best = min(ok, key=lambda bs: ok[bs].wall_s) if ok else None
+        mine = es[task]
+        label = f"{task} ({_size(task, limits[task])})"
+        for bs, measured in lm[task].items():
+            tag = " (faster, anchor)" if bs == best else ""
+            ratio = mine.wall_s / measured.wall_s
+            target = f"<= {TARGETS[task]}" if bs == best else ""
+            failed = "" if measured.returncode == 0 else " FAILED"
+            lines.append(
+                f"| {label} | lm-eval hf, batch {bs}{tag}{failed} | {measured.wall_s:.1f} | "
+                f"{measured.peak_rss_mib:.0f} | {ratio:.3f} | {target} |"
+            )
+        failed = "" if mine.returncode == 0 else " FAILED"
+        mem = ""
+        if best is not None:
+            mem = f" (memory {mine.peak_rss_mib / lm[task][best].peak_rss_mib:.2f}x)"
+        lines.append(
+            f"| {label} | evalsweep{failed}{mem} | {mine.wall_s:.1f} | "
+            f"{mine.peak_rss_mib:.0f} | 1.000 | |"
+        )
+        if task == "mmlu" and floor is not None:
+            lines.append(
+                f"| {label} | physical floor (bare forward, batch {floor.batch_size}, "
+                f"{floor.sequences} seqs, {floor.tokens} tokens) | {floor.seconds:.1f} | | "
+                f"{mine.wall_s / floor.seconds:.3f} | <= {FLOOR_TARGET} |"
+            )
+    return "\n".join(lines)
+
+
+def _size(task: str, limit: int) -> str:
+    return f"57 x {limit} = {57 * limit} questions" if task == "mmlu" else f"{limit} problems"
+
+
+def append_results(table: str, args: argparse.Namespace, limits: dict[str, int]) -> None:
+    """Append (never rewrite: other benchmarks share the file) a dated section."""
+    info = machine_and_versions()
+    when = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
+    setup = (
+        f"Model: GPT-2 architecture, 4 layers, width 256, 4 heads, vocab 2048, random weights "
+        f"(evalsweep.demo builder), float32, CPU. {args.num_fewshot}-shot; MMLU --limit "
+        f"{limits['mmlu']} per subject; GSM8K first {limits['gsm8k']} problems, greedy, 256 new "
+        "tokens. Wall clock of the whole subprocess (imports and model load included); peak "
+        "RSS summed over the process tree (psutil, 50 ms polling). The floor is a bare "
+        "forward pass only (no load, no tokenization)."
+    )
+    body = "\n".join(
+        [
+            "",
+            f"## evalsweep vs lm-eval: speed (benchmarks/speed_lm_eval.py), {when}",
+            "",
+            "; ".join(f"{k}: {v}" for k, v in info.items()),
+            "",
+            setup,
+            "",
+            table,
+            "",
+            f"Command: `{shlex.join(['python', 'benchmarks/speed_lm_eval.py', *sys.argv[1:]])}`",
+            "",
+        ]
+    )
+    with RESULTS_MD.open("a", encoding="utf-8") as handle:
+        handle.write(body)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
