@@ -1,0 +1,230 @@
+"""The ``evalsweep`` command line: commands only, no logic.
+
+Each command parses its options, calls into the library, and prints. User
+errors (:class:`evalsweep.errors.EvalsweepError`) are shown as one line with a
+non-zero exit; ``--debug`` shows the traceback.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import traceback
+from collections.abc import Callable
+from functools import wraps
+from pathlib import Path
+from typing import Any, TypeVar
+
+import click
+from rich.console import Console
+
+from evalsweep import __version__
+from evalsweep.errors import EvalsweepError
+
+F = TypeVar("F", bound=Callable[..., Any])
+stdout = Console()
+stderr = Console(stderr=True)
+
+
+def _fail(message: str, code: int) -> None:
+    stderr.print(
+        f"[bold red]evalsweep: error:[/bold red] {message}", highlight=False, soft_wrap=True
+    )
+    sys.exit(code)
+
+
+def user_errors(func: F) -> F:
+    """Turn library errors into one line and an exit status."""
+
+    @wraps(func)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        debug = bool(kwargs.get("debug")) or os.environ.get("EVALSWEEP_DEBUG") == "1"
+        try:
+            return func(*args, **kwargs)
+        except EvalsweepError as exc:
+            if debug:
+                traceback.print_exc()
+            _fail(str(exc), exc.exit_code)
+        except KeyboardInterrupt:
+            _fail("interrupted; finished work is stored, run the same command to resume", 130)
+        except MemoryError:
+            if debug:
+                traceback.print_exc()
+            _fail("out of memory; try a smaller --batch-size or --limit", 2)
+
+    return wrapper  # type: ignore[return-value]
+
+
+def _batch_size(value: str) -> int | None:
+    if value == "auto":
+        return None
+    try:
+        size = int(value)
+    except ValueError:
+        raise click.BadParameter(f"{value!r} is not a number or 'auto'") from None
+    if size < 1:
+        raise click.BadParameter("must be at least 1")
+    return size
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="evalsweep")
+def main() -> None:
+    """Did this checkpoint really get better?
+
+    Score several checkpoints on the same benchmarks and compare them side by side.
+    """
+
+
+@main.command()
+@click.argument("checkpoints", nargs=-1, required=True)
+@click.option("--tasks", "-t", required=True, help="Comma-separated tasks, e.g. mmlu,gsm8k.")
+@click.option(
+    "--data-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    envvar="EVALSWEEP_DATA_DIR",
+    help="Local benchmark data laid out like the originals (default: the Hugging Face Hub). "
+    "Env: EVALSWEEP_DATA_DIR.",
+)
+@click.option("--limit", type=int, help="First N documents per task (per MMLU subject).")
+@click.option("--num-fewshot", type=int, help="Few-shot examples (default: the task's, 5).")
+@click.option("--backend", default="hf", show_default=True, help="Model backend.")
+@click.option("--device", default="auto", show_default=True, help="cpu, cuda, cuda:N or auto.")
+@click.option(
+    "--dtype", default="auto", show_default=True, help="auto, float32, float16 or bfloat16."
+)
+@click.option("--batch-size", default="auto", show_default=True, help="Rows per batch, or auto.")
+@click.option("--trust-remote-code", is_flag=True, help="Allow checkpoints with custom code.")
+@click.option(
+    "--store",
+    type=click.Path(dir_okay=False, path_type=Path),
+    envvar="EVALSWEEP_STORE",
+    help="SQLite results store (default ~/.local/share/evalsweep/results.sqlite).",
+)
+@click.option(
+    "--out",
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Write results.json and samples.jsonl here.",
+)
+@click.option("--baseline", help="Checkpoint the others are compared with (default: the first).")
+@click.option("--subjects", is_flag=True, help="Also show MMLU per subject (significant first).")
+@click.option(
+    "--fail-on-regression", is_flag=True, help="Exit with status 3 if any verdict is a regression."
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the result document as JSON.")
+@click.option("--debug", is_flag=True, help="Show tracebacks.")
+@user_errors
+def run(
+    checkpoints: tuple[str, ...],
+    tasks: str,
+    data_dir: Path | None,
+    limit: int | None,
+    num_fewshot: int | None,
+    backend: str,
+    device: str,
+    dtype: str,
+    batch_size: str,
+    trust_remote_code: bool,
+    store: Path | None,
+    out: Path | None,
+    baseline: str | None,
+    subjects: bool,
+    fail_on_regression: bool,
+    as_json: bool,
+    debug: bool,
+) -> None:
+    """Score CHECKPOINTS (folders, org/name or org/name@revision) on the tasks, side by side."""
+    from evalsweep.comparison import compare_results, pick_baseline
+    from evalsweep.engine import SweepSpec, run_sweep
+    from evalsweep.models import BackendOptions
+    from evalsweep.report import RichProgress, results_document, write_outputs
+    from evalsweep.store import Store, default_store_path
+
+    spec = SweepSpec(
+        checkpoints=list(checkpoints),
+        tasks=[t.strip() for t in tasks.split(",") if t.strip()],
+        data_dir=str(data_dir) if data_dir else None,
+        limit=limit,
+        num_fewshot=num_fewshot,
+        backend=backend,
+        options=BackendOptions(
+            device=device,
+            dtype=dtype,
+            batch_size=_batch_size(batch_size),
+            trust_remote_code=trust_remote_code,
+        ),
+    )
+    pick_baseline(list(checkpoints), baseline)  # a wrong --baseline fails before any compute
+    with Store(store or default_store_path()) as results_store:
+        with RichProgress(stderr, enabled=not as_json or sys.stderr.isatty()) as progress:
+            result = run_sweep(spec, results_store, progress)
+        comparisons = [c.to_dict() for c in compare_results(result, baseline)]
+        document = results_document(result, sys.argv, comparisons)
+        results_store.save_run(result.run_id, document)
+    if out:
+        write_outputs(out, document, result)
+    _show(document, as_json, subjects)
+    if out and not as_json:
+        stdout.print(f"[dim]wrote {out}/results.json and {out}/samples.jsonl[/dim]")
+    if fail_on_regression and any(c["verdict"] == "regression" for c in comparisons):
+        sys.exit(3)
+
+
+def _show(document: dict[str, Any], as_json: bool, subjects: bool) -> None:
+    from evalsweep.report import render_subject_table, render_table
+
+    if as_json:
+        click.echo(json.dumps(document, indent=2, default=str))
+        return
+    stdout.print(render_table(document["results"], document["comparisons"]))
+    if subjects:
+        stdout.print(render_subject_table(document["results"], document["comparisons"]))
+
+
+@main.command("tasks")
+@click.option("--json", "as_json", is_flag=True, help="Print as JSON.")
+def list_tasks_command(as_json: bool) -> None:
+    """List the benchmarks evalsweep can run."""
+    from evalsweep.tasks import get_task, list_tasks
+
+    rows = []
+    for name in list_tasks():
+        task = get_task(name)
+        rows.append(
+            {
+                "name": name,
+                "version": task.version,
+                "num_fewshot": task.default_num_fewshot,
+                "metrics": [m.key for m in task.metrics],
+            }
+        )
+    if as_json:
+        click.echo(json.dumps(rows, indent=2))
+        return
+    for row in rows:
+        stdout.print(
+            f"[bold]{row['name']}[/bold]  {row['version']}, {row['num_fewshot']}-shot, "
+            f"metrics: {', '.join(row['metrics'])}"
+        )
+
+
+@main.command()
+@click.option(
+    "--workdir",
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Where to build the demo checkpoints (default: a temporary folder).",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the result document as JSON.")
+@click.option("--debug", is_flag=True, help="Show tracebacks.")
+@user_errors
+def demo(workdir: Path | None, as_json: bool, debug: bool) -> None:
+    """Offline demo: build three small checkpoints and compare them on MMLU and GSM8K slices."""
+    from evalsweep.demo import run_demo
+
+    document = run_demo(workdir, console=stderr, quiet=as_json)
+    _show(document, as_json, subjects=True)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

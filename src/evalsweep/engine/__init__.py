@@ -1,0 +1,30 @@
+"""The engine: turns a sweep spec into stored, scored documents.
+
+``run_sweep`` resolves references, builds prompts, loads each checkpoint once,
+asks its backend only for what the store lacks, and commits scores chunk by
+chunk so interrupted sweeps resume.
+"""
+
+from evalsweep.engine._sweep import (
+    CheckpointTaskResult,
+    Progress,
+    SilentProgress,
+    SweepResult,
+    SweepSpec,
+    TaskRun,
+    backend_settings,
+    plan_sweep,
+    run_sweep,
+)
+
+__all__ = [
+    "CheckpointTaskResult",
+    "Progress",
+    "SilentProgress",
+    "SweepResult",
+    "SweepSpec",
+    "TaskRun",
+    "backend_settings",
+    "plan_sweep",
+    "run_sweep",
+]

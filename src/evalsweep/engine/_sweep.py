@@ -1,0 +1,334 @@
+"""Run a sweep: every checkpoint on every task, reusing whatever the store holds.
+
+The order of work is chosen so that mistakes cost nothing: every reference
+is resolved and every task's data is read and turned into prompts before any
+model is loaded. Then each checkpoint is loaded once (and only if something
+is missing from the store), its requests are answered in chunks, and each
+chunk's scores are committed in one transaction, so an interrupted sweep
+resumes where it stopped.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from evalsweep.checkpoints import ResolvedCheckpoint, resolve_checkpoints
+from evalsweep.errors import TaskError
+from evalsweep.models import Backend, BackendOptions, load_backend
+from evalsweep.models.hf import DTYPES
+from evalsweep.requests import GenerationRequest, LoglikelihoodRequest, LoglikelihoodResult
+from evalsweep.store import SampleRecord, Store, settings_key
+from evalsweep.tasks import (
+    AggregateScore,
+    DataSource,
+    Document,
+    PreparedDocument,
+    ScoredDocument,
+    Task,
+    get_task,
+)
+
+#: Requests answered between two commits to the store.
+LOGLIKELIHOOD_CHUNK = 2048
+GENERATION_CHUNK = 128
+
+
+class Progress(Protocol):
+    """Where the engine reports progress; the CLI shows it as bars."""
+
+    def start(self, label: str, total: int) -> None: ...
+    def advance(self, count: int) -> None: ...
+    def finish(self) -> None: ...
+    def note(self, message: str) -> None: ...
+
+
+class SilentProgress:
+    def start(self, label: str, total: int) -> None: ...
+    def advance(self, count: int) -> None: ...
+    def finish(self) -> None: ...
+    def note(self, message: str) -> None: ...
+
+
+@dataclass(frozen=True)
+class SweepSpec:
+    """What to run: the options of ``evalsweep run`` that change the work."""
+
+    checkpoints: Sequence[str]
+    tasks: Sequence[str | Task]
+    data_dir: str | None = None
+    limit: int | None = None
+    num_fewshot: int | None = None
+    backend: str = "hf"
+    options: BackendOptions = field(default_factory=BackendOptions)
+
+
+@dataclass
+class TaskRun:
+    """One task's prompts, shared by all checkpoints."""
+
+    task: Task
+    num_fewshot: int
+    settings_key: str
+    prepared: list[PreparedDocument]
+
+
+@dataclass
+class CheckpointTaskResult:
+    """A checkpoint's scored documents and aggregates on one task."""
+
+    checkpoint: ResolvedCheckpoint
+    task: str
+    documents: list[Document]
+    scored: list[ScoredDocument]
+    aggregates: list[AggregateScore]
+    computed: int
+
+
+@dataclass
+class SweepResult:
+    run_id: str
+    spec: SweepSpec
+    checkpoints: list[ResolvedCheckpoint]
+    task_runs: dict[str, TaskRun]
+    backend_key: str
+    backend_settings: dict[str, Any]
+    results: list[CheckpointTaskResult]
+    backends: dict[str, dict[str, Any]]
+    seconds: float
+
+
+def plan_sweep(spec: SweepSpec) -> tuple[list[ResolvedCheckpoint], dict[str, TaskRun]]:
+    """Resolve references and build every prompt; raises before any compute."""
+    if not spec.tasks:
+        raise TaskError("no tasks given (use --tasks mmlu,gsm8k)")
+    if spec.limit is not None and spec.limit < 1:
+        raise TaskError(f"--limit must be at least 1, got {spec.limit}")
+    if spec.num_fewshot is not None and spec.num_fewshot < 0:
+        raise TaskError(f"--num-fewshot must be 0 or more, got {spec.num_fewshot}")
+    tasks = [get_task(t) if isinstance(t, str) else t for t in dict.fromkeys(spec.tasks)]
+    checkpoints = resolve_checkpoints(list(spec.checkpoints))
+    source = DataSource(spec.data_dir)
+    task_runs = {}
+    for task in tasks:
+        shots = task.default_num_fewshot if spec.num_fewshot is None else spec.num_fewshot
+        data = task.load(source, spec.limit)
+        settings = {"task": task.name, "version": task.version, "num_fewshot": shots}
+        task_runs[task.name] = TaskRun(
+            task, shots, settings_key("task", settings), task.prepare(data, shots)
+        )
+    return checkpoints, task_runs
+
+
+def backend_settings(spec: SweepSpec) -> dict[str, Any]:
+    """The backend settings that can change an answer, known without loading a model."""
+    import torch
+
+    device = spec.options.device
+    device_type = ("cuda" if torch.cuda.is_available() else "cpu") if device == "auto" else device
+    dtype = DTYPES.get(spec.options.dtype, spec.options.dtype)
+    return {
+        "backend": spec.backend,
+        "dtype": dtype,
+        "device_type": device_type.split(":")[0],
+        "trust_remote_code": spec.options.trust_remote_code,
+        "max_length": spec.options.max_length,
+    }
+
+
+def run_sweep(spec: SweepSpec, store: Store, progress: Progress | None = None) -> SweepResult:
+    """Score every checkpoint on every task; return per-document results and aggregates."""
+    progress = progress or SilentProgress()
+    began = time.time()
+    checkpoints, task_runs = plan_sweep(spec)
+    settings = backend_settings(spec)
+    backend_key = settings_key("backend", settings)
+    store.remember_key(backend_key, "backend", settings)
+    for run in task_runs.values():
+        store.remember_key(
+            run.settings_key,
+            "task",
+            {"task": run.task.name, "version": run.task.version, "num_fewshot": run.num_fewshot},
+        )
+    results: list[CheckpointTaskResult] = []
+    backends: dict[str, dict[str, Any]] = {}
+    for checkpoint in checkpoints:
+        backend: Backend | None = None
+        try:
+            for run in task_runs.values():
+                keys = [p.document.key for p in run.prepared]
+                stored = store.fetch(
+                    checkpoint.identity, backend_key, run.task.name, run.settings_key, keys
+                )
+                missing = [
+                    p
+                    for p in run.prepared
+                    if p.document.key not in stored
+                    or stored[p.document.key].request_hash != _request_hash(p)
+                ]
+                if missing:
+                    if backend is None:
+                        progress.note(f"loading {checkpoint.reference}")
+                        backend = load_backend(spec.backend, checkpoint, spec.options)
+                        backends[checkpoint.reference] = dict(backend.describe())
+                    _answer(backend, checkpoint, run, missing, backend_key, store, progress)
+                stored = store.fetch(
+                    checkpoint.identity, backend_key, run.task.name, run.settings_key, keys
+                )
+                documents = [p.document for p in run.prepared]
+                scored = [_scored(stored[key]) for key in keys]
+                aggregates = run.task.aggregate(documents, scored)
+                results.append(
+                    CheckpointTaskResult(
+                        checkpoint, run.task.name, documents, scored, aggregates, len(missing)
+                    )
+                )
+        finally:
+            if backend is not None:
+                backend.close()
+    return SweepResult(
+        run_id=uuid.uuid4().hex[:12],
+        spec=spec,
+        checkpoints=checkpoints,
+        task_runs=task_runs,
+        backend_key=backend_key,
+        backend_settings=settings,
+        results=results,
+        backends=backends,
+        seconds=time.time() - began,
+    )
+
+
+def _answer(
+    backend: Backend,
+    checkpoint: ResolvedCheckpoint,
+    run: TaskRun,
+    missing: list[PreparedDocument],
+    backend_key: str,
+    store: Store,
+    progress: Progress,
+) -> None:
+    """Answer the missing documents' requests chunk by chunk, committing each chunk."""
+    total = sum(len(p.requests) for p in missing)
+    progress.start(f"{checkpoint.reference} · {run.task.name}", total)
+    try:
+        for chunk in _chunks(missing):
+            flat = [request for p in chunk for request in p.requests]
+            answers = _ask(backend, flat, progress.advance)
+            records = []
+            offset = 0
+            for prepared in chunk:
+                count = len(prepared.requests)
+                responses = answers[offset : offset + count]
+                offset += count
+                scored = run.task.score(prepared.document, responses)
+                records.append(_record(checkpoint, backend_key, run, prepared, responses, scored))
+            store.write(records)
+    finally:
+        progress.finish()
+
+
+def _ask(backend: Backend, requests: list[Any], advance: Any) -> list[Any]:
+    """Send each kind of request to the backend in one call, keeping request order."""
+    answers: list[Any] = [None] * len(requests)
+    for kind, method in (
+        (LoglikelihoodRequest, backend.loglikelihood),
+        (GenerationRequest, backend.generate_until),
+    ):
+        indices = [i for i, r in enumerate(requests) if isinstance(r, kind)]
+        if indices:
+            for i, answer in zip(
+                indices, method([requests[i] for i in indices], advance), strict=True
+            ):
+                answers[i] = answer
+    return answers
+
+
+def _chunks(prepared: list[PreparedDocument]) -> list[list[PreparedDocument]]:
+    chunks: list[list[PreparedDocument]] = [[]]
+    size = 0
+    for item in prepared:
+        limit = (
+            GENERATION_CHUNK
+            if isinstance(item.requests[0], GenerationRequest)
+            else LOGLIKELIHOOD_CHUNK
+        )
+        if size + len(item.requests) > limit and chunks[-1]:
+            chunks.append([])
+            size = 0
+        chunks[-1].append(item)
+        size += len(item.requests)
+    return [c for c in chunks if c]
+
+
+def _request_hash(prepared: PreparedDocument) -> str:
+    import hashlib
+
+    digest = hashlib.sha256()
+    for request in prepared.requests:
+        digest.update(request.key().encode())
+    return digest.hexdigest()
+
+
+def _record(
+    checkpoint: ResolvedCheckpoint,
+    backend_key: str,
+    run: TaskRun,
+    prepared: PreparedDocument,
+    responses: list[Any],
+    scored: ScoredDocument,
+) -> SampleRecord:
+    doc = prepared.document
+    return SampleRecord(
+        checkpoint=checkpoint.identity,
+        backend=backend_key,
+        task=run.task.name,
+        settings=run.settings_key,
+        doc_key=doc.key,
+        doc_id=doc.doc_id,
+        subject=doc.subject,
+        request_hash=_request_hash(prepared),
+        requests=[_request_json(r) for r in prepared.requests],
+        responses=[_response_json(r) for r in responses],
+        target=scored.target,
+        prediction=scored.prediction,
+        correct=scored.correct,
+        response=scored.response,
+        metrics=dict(scored.metrics),
+        details=dict(scored.details),
+    )
+
+
+def _request_json(request: Any) -> dict[str, Any]:
+    if isinstance(request, LoglikelihoodRequest):
+        return {
+            "kind": request.kind,
+            "context": request.context,
+            "continuation": request.continuation,
+        }
+    return {
+        "kind": request.kind,
+        "context": request.context,
+        "until": list(request.until),
+        "max_gen_toks": request.max_gen_toks,
+    }
+
+
+def _response_json(response: Any) -> Any:
+    if isinstance(response, LoglikelihoodResult):
+        return [response.logprob, response.is_greedy]
+    return response
+
+
+def _scored(record: SampleRecord) -> ScoredDocument:
+    return ScoredDocument(
+        target=record.target,
+        prediction=record.prediction,
+        metrics=record.metrics,
+        correct=record.correct,
+        response=record.response,
+        details=record.details,
+    )

@@ -1,0 +1,433 @@
+"""Hugging Face transformers backend (``AutoModelForCausalLM``).
+
+Answers must match lm-evaluation-harness's ``hf`` model exactly, so the
+tokenization rules are lm-eval's: trailing context spaces move into the
+continuation, ``context + continuation`` is encoded once and split at the
+length of the encoded context, inputs are left-truncated to the model's
+maximum length, and generation decodes with special tokens skipped and cuts
+at the first stop string (the EOS string included).
+
+What differs is speed, never the answer:
+- requests that share the same input tokens (MMLU's " A".." D") share one
+  forward pass, whatever their continuation length;
+- batches are filled to a token budget, longest first, rather than a fixed count;
+- logits are computed only at the positions that are scored.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from evalsweep.checkpoints import ResolvedCheckpoint
+from evalsweep.errors import BackendError, CheckpointError
+from evalsweep.models import BackendOptions
+from evalsweep.models._base import ProgressCallback
+from evalsweep.requests import GenerationRequest, LoglikelihoodRequest, LoglikelihoodResult
+
+DEFAULT_MAX_LENGTH = 2048
+TOKENIZER_INFINITY = 1000000000000000019884624838656
+CPU_TOKEN_BUDGET = 8192
+CPU_GENERATION_BATCH = 32
+MAX_GENERATION_BATCH = 256
+
+
+class HFBackend:
+    """One checkpoint loaded with transformers, on CPU or CUDA."""
+
+    name = "hf"
+
+    def __init__(self, checkpoint: ResolvedCheckpoint, options: BackendOptions) -> None:
+        import torch
+
+        self.checkpoint = checkpoint
+        self.options = options
+        self.torch = torch
+        self.device = _pick_device(options.device)
+        self.tokenizer = _load_tokenizer(checkpoint, options)
+        self.model = _load_model(checkpoint, options, self.device)
+        self.dtype = next(self.model.parameters()).dtype
+        self.max_length = options.max_length or _resolve_max_length(
+            self.model.config, self.tokenizer
+        )
+        self._keeps_logits = "logits_to_keep" in inspect.signature(self.model.forward).parameters
+        self._token_budget = self._initial_token_budget()
+        self._bos_string = self.tokenizer.decode(self._prefix_token_id())
+        self._context_cache: dict[str, list[int]] = {}
+
+    # -- identity -----------------------------------------------------------------
+
+    def settings(self) -> Mapping[str, object]:
+        return {
+            "backend": "hf",
+            "dtype": str(self.dtype).removeprefix("torch."),
+            "device_type": self.device.type,
+            "max_length": self.max_length,
+            "trust_remote_code": self.options.trust_remote_code,
+        }
+
+    def describe(self) -> Mapping[str, object]:
+        info: dict[str, object] = dict(self.settings())
+        info["device"] = str(self.device)
+        info["batch_size"] = self.options.batch_size or "auto"
+        info["token_budget"] = self._token_budget
+        info["model_class"] = type(self.model).__name__
+        info["num_parameters"] = sum(p.numel() for p in self.model.parameters())
+        return info
+
+    def close(self) -> None:
+        del self.model
+        self._context_cache.clear()
+        if self.device.type == "cuda":
+            self.torch.cuda.empty_cache()
+
+    # -- tokenization, as lm-eval does it --------------------------------------------
+
+    def _prefix_token_id(self) -> int:
+        tok = self.tokenizer
+        if tok.bos_token_id is not None:
+            return int(tok.bos_token_id)
+        return int(tok.eos_token_id)
+
+    def _encode(self, text: str) -> list[int]:
+        # lm-eval keeps the tokenizer's own special-token default, except that a
+        # string already starting with the BOS text gets no second BOS.
+        if self._bos_string and text.startswith(self._bos_string):
+            return list(self.tokenizer.encode(text, add_special_tokens=False))
+        return list(self.tokenizer.encode(text))
+
+    def _encode_context(self, context: str) -> list[int]:
+        cached = self._context_cache.get(context)
+        if cached is None:
+            if len(self._context_cache) > 4096:
+                self._context_cache.clear()
+            cached = self._context_cache[context] = self._encode(context)
+        return cached
+
+    def encode_pair(self, context: str, continuation: str) -> tuple[list[int], list[int]]:
+        """lm-eval's ``_encode_pair`` (plus its empty-context rule)."""
+        if not context:
+            return [self._prefix_token_id()], self._encode(continuation)
+        n_spaces = len(context) - len(context.rstrip())
+        if n_spaces:
+            continuation = context[-n_spaces:] + continuation
+            context = context[:-n_spaces]
+        whole = self._encode(context + continuation)
+        context_tokens = self._encode_context(context)
+        return context_tokens, whole[len(context_tokens) :]
+
+    # -- log-likelihood ---------------------------------------------------------------
+
+    def loglikelihood(
+        self, requests: Sequence[LoglikelihoodRequest], progress: ProgressCallback | None = None
+    ) -> list[LoglikelihoodResult]:
+        torch = self.torch
+        # Requests whose model input is the same token sequence share one forward
+        # pass: the input is context + continuation minus its last token, and each
+        # request reads its own continuation's positions from the end of it.
+        inputs: dict[tuple[int, ...], list[tuple[int, list[int]]]] = {}
+        for index, request in enumerate(requests):
+            context_tokens, continuation = self.encode_pair(request.context, request.continuation)
+            if not continuation:
+                raise BackendError(f"continuation {request.continuation!r} encodes to no tokens")
+            whole = (context_tokens + continuation)[-(self.max_length + 1) :]
+            inputs.setdefault(tuple(whole[:-1]), []).append((index, continuation))
+        ordered = sorted(inputs, key=lambda toks: (-len(toks), toks))
+        widths = {
+            toks: min(len(toks), max(len(c) for _, c in members))
+            for toks, members in inputs.items()
+        }
+        results: list[LoglikelihoodResult | None] = [None] * len(requests)
+        start = 0
+        while start < len(ordered):
+            batch = ordered[start : start + self._batch_rows(len(ordered[start]))]
+            try:
+                scored = self._score_batch(batch, widths)
+            except _OutOfMemory:
+                self._shrink_budget(len(batch), len(batch[0]))
+                continue
+            for tokens, logprobs in zip(batch, scored, strict=True):
+                members = inputs[tokens]
+                for index, continuation in members:
+                    rows = logprobs[-len(continuation) :]
+                    target = torch.tensor(continuation[-rows.shape[0] :], dtype=torch.long)
+                    picked = rows.gather(1, target.unsqueeze(1)).squeeze(1)
+                    greedy = bool((rows.argmax(dim=-1) == target).all())
+                    results[index] = LoglikelihoodResult(float(picked.sum()), greedy)
+                if progress:
+                    progress(len(members))
+            start += len(batch)
+        return [r for r in results if r is not None]
+
+    def _batch_rows(self, longest: int) -> int:
+        """Rows in the next batch: ``--batch-size``, or as many as the token budget holds."""
+        if self.options.batch_size:
+            return self.options.batch_size
+        return max(1, self._token_budget // max(1, longest))
+
+    def _shrink_budget(self, rows: int, longest: int) -> None:
+        if self.options.batch_size or rows == 1:
+            raise BackendError(
+                f"out of memory on {self.device} scoring {rows} sequence(s) of {longest} tokens; "
+                "try a smaller --batch-size or --dtype bfloat16"
+            )
+        self._token_budget = max(longest, self._token_budget // 2)
+
+    def _score_batch(
+        self, batch: list[tuple[int, ...]], widths: Mapping[tuple[int, ...], int]
+    ) -> list[Any]:
+        """Log-softmax rows (float32) of the scored last positions of each input.
+
+        Right padding needs no attention mask in a causal model: real positions
+        never attend to the padding after them (lm-eval pads the same way). Only
+        the positions some continuation reads go through the output layer.
+        """
+        torch = self.torch
+        longest = len(batch[0])
+        ids = torch.zeros((len(batch), longest), dtype=torch.long)
+        for row, tokens in enumerate(batch):
+            ids[row, : len(tokens)] = torch.tensor(tokens, dtype=torch.long)
+        first = 0
+        kwargs: dict[str, Any] = {}
+        if self._keeps_logits:
+            first = min(len(tokens) - widths[tokens] for tokens in batch)
+            kwargs["logits_to_keep"] = torch.arange(first, longest, device=self.device)
+        with torch.inference_mode():
+            logits = self._forward(ids.to(self.device), **kwargs)
+        out = []
+        for row, tokens in enumerate(batch):
+            lo = len(tokens) - widths[tokens] - first
+            sliced = logits[row, lo : len(tokens) - first].float()
+            out.append(torch.log_softmax(sliced, dim=-1).cpu())
+        return out
+
+    def _forward(self, ids: Any, **kwargs: Any) -> Any:
+        try:
+            return self.model(input_ids=ids, use_cache=False, **kwargs).logits
+        except self.torch.cuda.OutOfMemoryError as exc:
+            raise _OutOfMemory() from exc
+        except RuntimeError as exc:
+            if "out of memory" in str(exc).lower() or "can't allocate memory" in str(exc):
+                raise _OutOfMemory() from exc
+            raise
+
+    def _initial_token_budget(self) -> int:
+        if self.device.type != "cuda":
+            return CPU_TOKEN_BUDGET
+        free, _total = self.torch.cuda.mem_get_info(self.device)
+        config = self.model.config
+        hidden = getattr(config, "hidden_size", None) or getattr(config, "n_embd", 1024)
+        layers = getattr(config, "num_hidden_layers", None) or getattr(config, "n_layer", 24)
+        per_token = hidden * self.dtype.itemsize * (layers + 16) * 2
+        return int(max(2048, min(1 << 19, 0.5 * free / per_token)))
+
+    # -- generation --------------------------------------------------------------------
+
+    def generate_until(
+        self, requests: Sequence[GenerationRequest], progress: ProgressCallback | None = None
+    ) -> list[str]:
+        results: list[str | None] = [None] * len(requests)
+        groups: dict[tuple[Any, ...], list[int]] = {}
+        for index, request in enumerate(requests):
+            key = (request.until, request.max_gen_toks, request.do_sample, request.temperature)
+            groups.setdefault(key, []).append(index)
+        eos = self.tokenizer.decode([self.tokenizer.eos_token_id], skip_special_tokens=False)
+        for (until, max_gen_toks, _sample, _temp), indices in groups.items():
+            stops = list(until) + ([eos] if eos and eos not in until else [])
+            max_context = self.max_length - max_gen_toks
+            if max_context <= 0:
+                raise BackendError(
+                    f"max_gen_toks {max_gen_toks} leaves no room in max length {self.max_length}"
+                )
+            encoded = {i: self._encode(requests[i].context)[-max_context:] for i in indices}
+            order = sorted(indices, key=lambda i: (-len(encoded[i]), requests[i].context))
+            size = self.options.batch_size or self._generation_batch_size()
+            for start in range(0, len(order), size):
+                chunk = order[start : start + size]
+                texts = self._generate_batch([encoded[i] for i in chunk], stops, max_gen_toks)
+                for i, text in zip(chunk, texts, strict=True):
+                    results[i] = text
+                if progress:
+                    progress(len(chunk))
+        return [r if r is not None else "" for r in results]
+
+    def _generation_batch_size(self) -> int:
+        if self.device.type != "cuda":
+            return CPU_GENERATION_BATCH
+        return MAX_GENERATION_BATCH
+
+    def _generate_batch(
+        self, contexts: list[list[int]], stops: list[str], max_new: int
+    ) -> list[str]:
+        """Greedy decoding of a left-padded batch; each row stops at its own stop string."""
+        torch = self.torch
+        from transformers import StoppingCriteria, StoppingCriteriaList
+
+        pad_id = self.tokenizer.pad_token_id
+        longest = max(len(c) for c in contexts)
+        ids = torch.full((len(contexts), longest), pad_id, dtype=torch.long)
+        mask = torch.zeros((len(contexts), longest), dtype=torch.long)
+        for row, tokens in enumerate(contexts):
+            ids[row, longest - len(tokens) :] = torch.tensor(tokens, dtype=torch.long)
+            mask[row, longest - len(tokens) :] = 1
+        tokenizer = self.tokenizer
+        tail = max(len(tokenizer.encode(s, add_special_tokens=False)) for s in stops) + 2
+
+        class StopStrings(StoppingCriteria):  # type: ignore[misc]
+            """Marks a row done once a stop string appears in its new text."""
+
+            def __call__(self, input_ids: Any, scores: Any, **kwargs: Any) -> Any:
+                new = input_ids[:, longest:]
+                done = torch.zeros(new.shape[0], dtype=torch.bool, device=input_ids.device)
+                for row in range(new.shape[0]):
+                    text = tokenizer.decode(new[row, -tail:])
+                    done[row] = any(stop in text for stop in stops)
+                return done
+
+        try:
+            with torch.inference_mode():
+                out = self.model.generate(
+                    input_ids=ids.to(self.device),
+                    attention_mask=mask.to(self.device),
+                    max_new_tokens=max_new,
+                    do_sample=False,
+                    temperature=None,
+                    top_p=None,
+                    top_k=None,
+                    stopping_criteria=StoppingCriteriaList([StopStrings()]),
+                    pad_token_id=pad_id,
+                    use_cache=True,
+                )
+        except self.torch.cuda.OutOfMemoryError as exc:
+            raise BackendError(
+                f"out of memory generating a batch of {len(contexts)}; try --batch-size smaller"
+            ) from exc
+        texts = []
+        for row in out[:, longest:].tolist():
+            text = tokenizer.decode(row, skip_special_tokens=True)
+            for stop in stops:
+                if stop:
+                    text = text.split(stop)[0]
+            texts.append(text)
+        return texts
+
+
+class _OutOfMemory(Exception):
+    """Raised inside a batch so the caller can retry with a smaller budget."""
+
+
+def _pick_device(requested: str) -> Any:
+    import torch
+
+    if requested == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        device = torch.device(requested)
+    except RuntimeError as exc:
+        raise BackendError(
+            f"--device {requested!r}: not a device name (cpu, cuda, cuda:1)"
+        ) from exc
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise BackendError(f"--device {requested}: CUDA is not available on this machine")
+    return device
+
+
+DTYPES = {"float32": "float32", "fp32": "float32", "float16": "float16", "fp16": "float16",
+          "half": "float16", "bfloat16": "bfloat16", "bf16": "bfloat16"}  # fmt: skip
+
+
+def _torch_dtype(name: str, config_dtype: Any) -> Any:
+    import torch
+
+    if name == "auto":
+        if isinstance(config_dtype, torch.dtype):
+            return config_dtype
+        if isinstance(config_dtype, str) and config_dtype in DTYPES:
+            return getattr(torch, DTYPES[config_dtype])
+        return torch.float32
+    if name not in DTYPES:
+        raise BackendError(f"--dtype {name!r}: choose auto, float32, float16 or bfloat16")
+    return getattr(torch, DTYPES[name])
+
+
+def _load_tokenizer(checkpoint: ResolvedCheckpoint, options: BackendOptions) -> Any:
+    from transformers import AutoTokenizer
+
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(
+            checkpoint.load_path,
+            revision=checkpoint.load_revision,
+            trust_remote_code=options.trust_remote_code,
+            use_fast=True,
+        )
+    except Exception as exc:
+        raise CheckpointError(
+            f"checkpoint {checkpoint.reference!r}: cannot load its tokenizer ({_first_line(exc)})"
+        ) from exc
+    if tokenizer.pad_token is None:
+        # As lm-eval: fall back to unk, then eos, so batches can be padded.
+        if tokenizer.unk_token is not None:
+            tokenizer.pad_token_id = tokenizer.unk_token_id
+        elif tokenizer.eos_token is not None:
+            tokenizer.pad_token_id = tokenizer.eos_token_id
+    if tokenizer.eos_token_id is None:
+        raise CheckpointError(f"checkpoint {checkpoint.reference!r}: tokenizer has no EOS token")
+    return tokenizer
+
+
+def _load_model(checkpoint: ResolvedCheckpoint, options: BackendOptions, device: Any) -> Any:
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    where = f"checkpoint {checkpoint.reference!r}"
+    try:
+        config = AutoConfig.from_pretrained(
+            checkpoint.load_path,
+            revision=checkpoint.load_revision,
+            trust_remote_code=options.trust_remote_code,
+        )
+        dtype = _torch_dtype(options.dtype, getattr(config, "torch_dtype", None))
+        model = AutoModelForCausalLM.from_pretrained(
+            checkpoint.load_path,
+            revision=checkpoint.load_revision,
+            trust_remote_code=options.trust_remote_code,
+            dtype=dtype,
+        )
+    except BackendError:
+        raise
+    except MemoryError as exc:
+        raise BackendError(f"{where}: out of memory while loading the weights") from exc
+    except Exception as exc:
+        message = _first_line(exc)
+        if "trust_remote_code" in message:
+            message = "it needs custom code: pass --trust-remote-code if you trust it"
+        raise CheckpointError(f"{where}: cannot load the model ({message})") from exc
+    model.eval()
+    try:
+        model.to(device)
+    except RuntimeError as exc:
+        raise BackendError(
+            f"{where}: cannot move the model to {device} ({_first_line(exc)})"
+        ) from exc
+    return model
+
+
+def _resolve_max_length(config: Any, tokenizer: Any) -> int:
+    """lm-eval's ``resolve_max_length``: config first, then the tokenizer, then 2048."""
+    config = getattr(config, "text_config", None) or config
+    for attr in ("n_positions", "max_position_embeddings", "n_ctx"):
+        value = getattr(config, attr, None)
+        if value is not None:
+            return int(value)
+    model_max = getattr(tokenizer, "model_max_length", None)
+    if model_max is not None and model_max != TOKENIZER_INFINITY:
+        return int(model_max)
+    return DEFAULT_MAX_LENGTH
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+__all__ = ["HFBackend"]

@@ -1,0 +1,127 @@
+"""The machine-readable result (``--json``, ``results.json``) and ``samples.jsonl``.
+
+The document records how the numbers were made: checkpoints with their
+resolved identities, task and backend settings, versions and hardware, so a
+result can be trusted and reproduced without the terminal it was shown in.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import tempfile
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import asdict
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from evalsweep import __version__
+from evalsweep.engine import SweepResult
+from evalsweep.store import environment
+
+
+def _number(value: float) -> float | None:
+    return None if value is None or math.isnan(value) else float(value)
+
+
+def results_document(
+    result: SweepResult,
+    command: Sequence[str] = (),
+    comparisons: Sequence[Mapping[str, Any]] = (),
+) -> dict[str, Any]:
+    spec = result.spec
+    return {
+        "run_id": result.run_id,
+        "created": datetime.now(UTC).isoformat(timespec="seconds"),
+        "evalsweep_version": __version__,
+        "command": list(command),
+        "settings": {
+            "backend": result.backend_settings,
+            "options": asdict(spec.options),
+            "limit": spec.limit,
+            "data": f"local:{spec.data_dir}" if spec.data_dir else "hub",
+            "tasks": {
+                name: {
+                    "version": run.task.version,
+                    "num_fewshot": run.num_fewshot,
+                    "n_documents": len(run.prepared),
+                    "settings_key": run.settings_key,
+                }
+                for name, run in result.task_runs.items()
+            },
+        },
+        "checkpoints": [
+            {**c.to_dict(), "runtime": result.backends.get(c.reference, {"loaded": False})}
+            for c in result.checkpoints
+        ],
+        "results": [
+            {
+                "checkpoint": item.checkpoint.reference,
+                "identity": item.checkpoint.identity,
+                "task": item.task,
+                "metric": agg.metric,
+                "level": agg.level,
+                "group": agg.group,
+                "value": _number(agg.value),
+                "stderr": _number(agg.stderr),
+                "n": agg.n,
+            }
+            for item in result.results
+            for agg in item.aggregates
+        ],
+        "computed_documents": {
+            f"{item.checkpoint.reference}::{item.task}": item.computed for item in result.results
+        },
+        "comparisons": [dict(c) for c in comparisons],
+        "environment": environment(),
+        "seconds": round(result.seconds, 3),
+    }
+
+
+def sample_lines(result: SweepResult) -> Iterator[dict[str, Any]]:
+    """One record per (checkpoint, task, document), in task and document order."""
+    for item in result.results:
+        for doc, scored in zip(item.documents, item.scored, strict=True):
+            line: dict[str, Any] = {
+                "checkpoint": item.checkpoint.reference,
+                "identity": item.checkpoint.identity,
+                "task": item.task,
+                "doc_id": doc.doc_id,
+            }
+            if doc.subject is not None:
+                line["subject"] = doc.subject
+            if "question" in doc.fields:
+                line["question"] = doc.fields["question"]
+            if "choices" in doc.fields:
+                line["choices"] = list(doc.fields["choices"])
+            line.update(
+                target=scored.target,
+                prediction=scored.prediction,
+                correct=scored.correct,
+                metrics=dict(scored.metrics),
+            )
+            if scored.response is not None:
+                line["response"] = scored.response
+            line.update(scored.details)
+            yield line
+
+
+def write_outputs(out_dir: Path, document: Mapping[str, Any], result: SweepResult) -> None:
+    """Write ``results.json`` and ``samples.jsonl`` atomically (temp file, then rename)."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    _atomic_write(out_dir / "results.json", json.dumps(document, indent=2, default=str) + "\n")
+    lines = "".join(json.dumps(line, ensure_ascii=False) + "\n" for line in sample_lines(result))
+    _atomic_write(out_dir / "samples.jsonl", lines)
+
+
+def _atomic_write(path: Path, text: str) -> None:
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise

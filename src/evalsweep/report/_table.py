@@ -1,0 +1,109 @@
+"""The side-by-side table: one row per checkpoint, one column per task metric.
+
+With comparisons, each candidate's cell also shows its difference from the
+baseline and a verdict mark: red for a regression, green for an improvement.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from rich.table import Table
+from rich.text import Text
+
+SHORT = {
+    "exact_match,strict-match": "exact_match (strict)",
+    "exact_match,flexible-extract": "exact_match (flexible)",
+}
+MARKS = {
+    "improvement": ("▲", "green"),
+    "regression": ("▼", "red"),
+    "no significant change": ("=", "dim"),
+}
+
+
+def render_table(
+    results: Sequence[Mapping[str, Any]],
+    comparisons: Sequence[Mapping[str, Any]] = (),
+    title: str = "evalsweep results",
+) -> Table:
+    """Build the rich table from the result document's ``results`` and ``comparisons``."""
+    headline = [r for r in results if r["level"] == "task"]
+    columns = list(dict.fromkeys((r["task"], r["metric"]) for r in headline))
+    checkpoints = list(dict.fromkeys(r["checkpoint"] for r in headline))
+    cells = {(r["checkpoint"], r["task"], r["metric"]): r for r in headline}
+    verdicts = {
+        (c["candidate"], c["task"], c["metric"]): c for c in comparisons if c.get("subject") is None
+    }
+    baseline = comparisons[0]["baseline"] if comparisons else None
+    table = Table(title=title, title_justify="left")
+    table.add_column("checkpoint", style="bold")
+    for task, metric in columns:
+        n = next(
+            (cells[(c, task, metric)]["n"] for c in checkpoints if (c, task, metric) in cells), 0
+        )
+        table.add_column(f"{task}\n{SHORT.get(metric, metric)}\nn={n}", justify="right")
+    for checkpoint in checkpoints:
+        label = f"{checkpoint} (baseline)" if checkpoint == baseline else checkpoint
+        row: list[Text | str] = [label]
+        for task, metric in columns:
+            cell = cells.get((checkpoint, task, metric))
+            row.append(_cell(cell, verdicts.get((checkpoint, task, metric))))
+        table.add_row(*row)
+    return table
+
+
+def _cell(cell: Mapping[str, Any] | None, comparison: Mapping[str, Any] | None) -> Text:
+    if cell is None:
+        return Text("—", style="dim")
+    text = Text(_fmt(cell["value"]))
+    if cell.get("stderr") is not None:
+        text.append(f" ± {_fmt(cell['stderr'])}", style="dim")
+    if comparison is not None:
+        mark, style = MARKS.get(comparison["verdict"], ("?", ""))
+        text.append(f"\nΔ {comparison['delta']:+.3f} {mark}", style=style)
+    return text
+
+
+def _fmt(value: float | None) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "n/a"
+    return f"{value:.4f}"
+
+
+def render_subject_table(
+    results: Sequence[Mapping[str, Any]], comparisons: Sequence[Mapping[str, Any]] = ()
+) -> Table:
+    """MMLU per subject: one row per subject, one column per checkpoint; significant rows first."""
+    subject_rows = [r for r in results if r["level"] == "subject"]
+    checkpoints = list(dict.fromkeys(r["checkpoint"] for r in subject_rows))
+    cells = {(r["checkpoint"], r["task"], r["group"]): r for r in subject_rows}
+    verdicts = {
+        (c["candidate"], c["task"], c["subject"]): c for c in comparisons if c.get("subject")
+    }
+    keys = list(dict.fromkeys((r["task"], r["group"]) for r in subject_rows))
+
+    def significance(key: tuple[str, str]) -> tuple[int, float]:
+        found = [verdicts[(c, *key)] for c in checkpoints if (c, *key) in verdicts]
+        moved = any(v["verdict"] != "no significant change" for v in found)
+        p_min = min((v["p_adjusted"] for v in found), default=1.0)
+        return (0 if moved else 1, p_min)
+
+    keys.sort(key=significance)
+    table = Table(title="per subject", title_justify="left")
+    table.add_column("task / subject", style="bold")
+    for checkpoint in checkpoints:
+        table.add_column(checkpoint, justify="right")
+    for task, subject in keys:
+        row: list[Text | str] = [f"{task} / {subject}"]
+        for checkpoint in checkpoints:
+            row.append(
+                _cell(
+                    cells.get((checkpoint, task, subject)),
+                    verdicts.get((checkpoint, task, subject)),
+                )
+            )
+        table.add_row(*row)
+    return table

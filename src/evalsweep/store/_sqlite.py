@@ -1,0 +1,212 @@
+"""The SQLite results store: per-document rows written in transactions.
+
+Rows are written a chunk at a time inside one transaction, so an interrupted
+run leaves only whole chunks behind and the next run recomputes nothing that
+is stored. Each row also keeps a hash of its requests: if the data or the
+prompt changed, the stored row no longer matches and is recomputed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import time
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from evalsweep.errors import StoreError
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS samples (
+    checkpoint   TEXT NOT NULL,
+    backend      TEXT NOT NULL,
+    task         TEXT NOT NULL,
+    settings     TEXT NOT NULL,
+    doc_key      TEXT NOT NULL,
+    doc_id       INTEGER NOT NULL,
+    subject      TEXT,
+    request_hash TEXT NOT NULL,
+    requests     TEXT NOT NULL,
+    responses    TEXT NOT NULL,
+    target       TEXT NOT NULL,
+    prediction   TEXT NOT NULL,
+    correct      INTEGER NOT NULL,
+    response     TEXT,
+    metrics      TEXT NOT NULL,
+    details      TEXT NOT NULL,
+    created      REAL NOT NULL,
+    PRIMARY KEY (checkpoint, backend, task, settings, doc_key)
+);
+CREATE TABLE IF NOT EXISTS keys (
+    key      TEXT PRIMARY KEY,
+    kind     TEXT NOT NULL,
+    value    TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS runs (
+    run_id   TEXT PRIMARY KEY,
+    created  REAL NOT NULL,
+    document TEXT NOT NULL
+);
+"""
+
+
+def default_store_path() -> Path:
+    """``$EVALSWEEP_STORE``, else ``$XDG_DATA_HOME/evalsweep/results.sqlite``."""
+    if os.environ.get("EVALSWEEP_STORE"):
+        return Path(os.environ["EVALSWEEP_STORE"]).expanduser()
+    base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+    return Path(base) / "evalsweep" / "results.sqlite"
+
+
+@dataclass(frozen=True)
+class SampleRecord:
+    """One stored document result."""
+
+    checkpoint: str
+    backend: str
+    task: str
+    settings: str
+    doc_key: str
+    doc_id: int
+    subject: str | None
+    request_hash: str
+    requests: list[Any]
+    responses: list[Any]
+    target: str
+    prediction: str
+    correct: bool
+    response: str | None
+    metrics: dict[str, float]
+    details: dict[str, Any]
+
+
+class Store:
+    """A results store in one SQLite file."""
+
+    def __init__(self, path: Path | str) -> None:
+        self.path = Path(path)
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._conn = sqlite3.connect(self.path, timeout=30)
+            self._conn.execute("PRAGMA journal_mode=WAL")
+            self._conn.executescript(SCHEMA)
+        except (OSError, sqlite3.Error) as exc:
+            raise StoreError(f"cannot open results store {self.path}: {exc}") from exc
+
+    def close(self) -> None:
+        self._conn.close()
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def remember_key(self, key: str, kind: str, value: Any) -> None:
+        """Record what a settings hash stands for, so ``compare`` can explain mismatches."""
+        with self._conn:
+            self._conn.execute(
+                "INSERT OR IGNORE INTO keys (key, kind, value) VALUES (?, ?, ?)",
+                (key, kind, json.dumps(value, sort_keys=True, default=str)),
+            )
+
+    def lookup_key(self, key: str) -> Any:
+        row = self._conn.execute("SELECT value FROM keys WHERE key = ?", (key,)).fetchone()
+        return json.loads(row[0]) if row else None
+
+    def fetch(
+        self, checkpoint: str, backend: str, task: str, settings: str, doc_keys: Sequence[str]
+    ) -> dict[str, SampleRecord]:
+        """Stored rows for these documents, by document key (absent ones left out)."""
+        found: dict[str, SampleRecord] = {}
+        for start in range(0, len(doc_keys), 500):
+            part = list(doc_keys[start : start + 500])
+            marks = ",".join("?" * len(part))
+            cursor = self._conn.execute(
+                f"SELECT * FROM samples WHERE checkpoint=? AND backend=? AND task=? "
+                f"AND settings=? AND doc_key IN ({marks})",
+                (checkpoint, backend, task, settings, *part),
+            )
+            for row in cursor:
+                record = _record(row)
+                found[record.doc_key] = record
+        return found
+
+    def write(self, records: Iterable[SampleRecord]) -> None:
+        """Insert or replace rows in one transaction: all of them or none."""
+        now = time.time()
+        rows = [
+            (
+                r.checkpoint,
+                r.backend,
+                r.task,
+                r.settings,
+                r.doc_key,
+                r.doc_id,
+                r.subject,
+                r.request_hash,
+                json.dumps(r.requests),
+                json.dumps(r.responses),
+                r.target,
+                r.prediction,
+                int(r.correct),
+                r.response,
+                json.dumps(r.metrics),
+                json.dumps(r.details),
+                now,
+            )  # fmt: skip
+            for r in records
+        ]
+        try:
+            with self._conn:
+                self._conn.executemany(
+                    "INSERT OR REPLACE INTO samples VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                    rows,
+                )
+        except sqlite3.Error as exc:
+            raise StoreError(f"cannot write to results store {self.path}: {exc}") from exc
+
+    def records(
+        self, checkpoint: str | None = None, task: str | None = None
+    ) -> Iterator[SampleRecord]:
+        """Every stored row, optionally for one checkpoint identity and task."""
+        query = "SELECT * FROM samples WHERE 1=1"
+        args: list[str] = []
+        if checkpoint:
+            query += " AND checkpoint = ?"
+            args.append(checkpoint)
+        if task:
+            query += " AND task = ?"
+            args.append(task)
+        for row in self._conn.execute(query + " ORDER BY task, doc_key", args):
+            yield _record(row)
+
+    def save_run(self, run_id: str, document: dict[str, Any]) -> None:
+        with self._conn:
+            self._conn.execute(
+                "INSERT OR REPLACE INTO runs VALUES (?, ?, ?)",
+                (run_id, time.time(), json.dumps(document, default=str)),
+            )
+
+    def runs(self) -> list[dict[str, Any]]:
+        cursor = self._conn.execute("SELECT document FROM runs ORDER BY created")
+        return [json.loads(row[0]) for row in cursor]
+
+    def load_run(self, run_id: str) -> dict[str, Any]:
+        row = self._conn.execute("SELECT document FROM runs WHERE run_id = ?", (run_id,)).fetchone()
+        if row is None:
+            raise StoreError(f"no run {run_id!r} in {self.path}")
+        return dict(json.loads(row[0]))
+
+
+def _record(row: sqlite3.Row | tuple[Any, ...]) -> SampleRecord:
+    return SampleRecord(
+        checkpoint=row[0], backend=row[1], task=row[2], settings=row[3], doc_key=row[4],
+        doc_id=row[5], subject=row[6], request_hash=row[7], requests=json.loads(row[8]),
+        responses=json.loads(row[9]), target=row[10], prediction=row[11],
+        correct=bool(row[12]), response=row[13], metrics=json.loads(row[14]),
+        details=json.loads(row[15]),
+    )  # fmt: skip

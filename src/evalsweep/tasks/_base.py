@@ -1,0 +1,121 @@
+"""What a benchmark is, to the rest of evalsweep.
+
+A task turns benchmark data into requests and turns the model's answers back
+into per-question scores; it never sees which backend answered. Tasks are
+plain Python modules that satisfy :class:`Task`, with the prompt visible in
+one function, so that matching lm-evaluation-harness can be checked by eye.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+from evalsweep.requests import LoglikelihoodResult, Request
+
+
+@dataclass(frozen=True)
+class Document:
+    """One test question.
+
+    Attributes:
+        key: unique within the task (``"abstract_algebra/12"``, ``"12"``); results are keyed by it.
+        doc_id: index within its test file (per subject for MMLU), as lm-eval numbers it.
+        fields: the raw row.
+        subject: the MMLU subject (or other sub-benchmark), else None.
+    """
+
+    key: str
+    doc_id: int
+    fields: Mapping[str, Any]
+    subject: str | None = None
+
+
+@dataclass(frozen=True)
+class PreparedDocument:
+    """A document with the exact requests the task sends for it."""
+
+    document: Document
+    requests: tuple[Request, ...]
+
+
+@dataclass(frozen=True)
+class ScoredDocument:
+    """A document's result: what was expected, what the model said, and its metric values."""
+
+    target: str
+    prediction: str
+    metrics: Mapping[str, float]
+    correct: bool
+    response: str | None = None
+    details: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class MetricSpec:
+    """A metric a task reports; ``key`` is lm-eval's ``metric,filter`` name."""
+
+    key: str
+    higher_is_better: bool = True
+
+
+@dataclass(frozen=True)
+class AggregateScore:
+    """A metric over a set of documents: the whole task (group None), a category or a subject."""
+
+    metric: str
+    value: float
+    stderr: float
+    n: int
+    group: str | None = None
+    level: str = "task"  # "task", "category" or "subject"
+
+
+@runtime_checkable
+class Task(Protocol):
+    """A benchmark family. One module in :mod:`evalsweep.tasks` implements it per family."""
+
+    name: str
+    version: str
+    default_num_fewshot: int
+    metrics: tuple[MetricSpec, ...]
+
+    def load(self, source: DataSource, limit: int | None) -> TaskData:
+        """Read test documents (first ``limit`` per file) and the few-shot pool."""
+        ...
+
+    def prepare(self, data: TaskData, num_fewshot: int) -> list[PreparedDocument]:
+        """Build every document's requests, in document order (few-shot draws depend on it)."""
+        ...
+
+    def score(
+        self, document: Document, responses: Sequence[LoglikelihoodResult] | Sequence[str]
+    ) -> ScoredDocument:
+        """Score one document from its requests' responses, in request order."""
+        ...
+
+    def aggregate(
+        self, documents: Sequence[Document], scored: Sequence[ScoredDocument]
+    ) -> list[AggregateScore]:
+        """Aggregate per-document metrics exactly as lm-eval does (values and stderr)."""
+        ...
+
+
+@dataclass(frozen=True)
+class TaskData:
+    """Loaded benchmark data: test documents plus the pool few-shot examples come from."""
+
+    documents: list[Document]
+    fewshot_pool: Mapping[str, list[Mapping[str, Any]]]
+    source: str
+
+
+@dataclass(frozen=True)
+class DataSource:
+    """Where benchmark data comes from: a local folder laid out like the originals, or the Hub."""
+
+    data_dir: str | None = None
+
+    def describe(self) -> str:
+        return f"local:{self.data_dir}" if self.data_dir else "hub"
