@@ -246,6 +246,7 @@ class Measured:
     wall_s: float
     peak_rss_mib: float
     returncode: int
+    load_before: float  # 1-minute load average at start: the machine may be shared
 
 
 def run_measured(cmd: Sequence[str], log_path: Path, cwd: Path | None = None) -> Measured:
@@ -259,6 +260,7 @@ def run_measured(cmd: Sequence[str], log_path: Path, cwd: Path | None = None) ->
 
     log_path.parent.mkdir(parents=True, exist_ok=True)
     peak = 0
+    load_before = os.getloadavg()[0]
     start = time.perf_counter()
     with log_path.open("w") as log:
         proc = subprocess.Popen(
@@ -286,7 +288,7 @@ def run_measured(cmd: Sequence[str], log_path: Path, cwd: Path | None = None) ->
         wall = time.perf_counter() - start
         done.set()
         poller.join()
-    return Measured(wall_s=wall, peak_rss_mib=peak / 2**20, returncode=returncode)
+    return Measured(wall, peak / 2**20, returncode, load_before)
 
 
 def lm_eval_command(

@@ -174,6 +174,72 @@ def compare_gsm8k(lm_samples: Mapping[str, list[Row]], es_rows: Sequence[Row]) -
     return out
 
 
+def gsm8k_diversity(es_rows: Sequence[Row]) -> str:
+    """How much the GSM8K check can see: a random model often repeats one token forever."""
+    rows = [row for row in es_rows if row["task"] == "gsm8k"]
+    distinct = len({row["response"] for row in rows})
+    extracted = sum(row["filtered"]["flexible-extract"] != "[invalid]" for row in rows)
+    return f"{distinct} distinct responses, {extracted} with a flexible-extract answer"
+
+
+def compare_requests(
+    lm_samples: Mapping[str, list[Row]],
+    tasks: Sequence[str],
+    data_dir: Path,
+    limits: Mapping[str, int],
+    num_fewshot: int,
+) -> dict[str, tuple[int, int, list[str]]]:
+    """Compare evalsweep's requests with the ones lm-eval logged, per task.
+
+    Answers can agree by accident (a random model's output barely depends on its prompt),
+    so this checks the prompts themselves: every (context, continuation) for MMLU and
+    (context, stop sequences) for GSM8K, built by evalsweep's task modules. Returns
+    {task: (identical, compared, examples of differences)}.
+    """
+    from evalsweep.tasks import DataSource, get_task
+
+    lm: dict[tuple[str, str, int], Row] = {}
+    for name, rows in lm_samples.items():
+        task = "gsm8k" if name == f"{PREFIX}gsm8k" else "mmlu"
+        subject = name.removeprefix(f"{PREFIX}mmlu_") if task == "mmlu" else ""
+        for row in rows:
+            lm.setdefault((task, subject, int(row["doc_id"])), row)
+    out: dict[str, tuple[int, int, list[str]]] = {}
+    for task_name in tasks:
+        task = get_task(task_name)
+        prepared = task.prepare(
+            task.load(DataSource(str(data_dir)), limits[task_name]), num_fewshot
+        )
+        same = compared = 0
+        diffs: list[str] = []
+        for item in prepared:
+            doc = item.document
+            row = lm.get((task_name, doc.subject or "", doc.doc_id))
+            if row is None:
+                continue
+            compared += 1
+            theirs = [row["arguments"][f"gen_args_{i}"] for i in range(len(row["arguments"]))]
+            mine = [
+                (req.context, getattr(req, "continuation", None) or list(req.until))
+                for req in item.requests
+            ]
+            their_pairs = [
+                (a["arg_0"], a["arg_1"]["until"] if isinstance(a["arg_1"], dict) else a["arg_1"])
+                for a in theirs
+            ]
+            if mine == their_pairs:
+                same += 1
+            elif len(diffs) < 5:
+                where = f"{doc.subject}/{doc.doc_id}" if doc.subject else str(doc.doc_id)
+                pairs = zip(their_pairs, mine, strict=False)
+                k = next((i for i, (x, y) in enumerate(pairs) if x != y), 0)
+                a, b = their_pairs[k], mine[k] if k < len(mine) else ("", "")
+                detail = _first_diff(a[0], b[0]) if a[0] != b[0] else f"{a[1]!r} vs {b[1]!r}"
+                diffs.append(f"{where}: {detail}")
+        out[task_name] = (same, compared, diffs)
+    return out
+
+
 def _first_diff(a: str, b: str) -> str:
     i = next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b)))
     return f"at char {i}: lm-eval {a[i : i + 40]!r} vs evalsweep {b[i : i + 40]!r}"
@@ -316,10 +382,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         es_aggregates.update(aggregates)
 
     failed = False
+    try:
+        checks = compare_requests(lm_samples, tasks, data_dir, limits, args.num_fewshot)
+    except (ImportError, AttributeError, TypeError, KeyError) as exc:
+        print(f"\nrequest check unavailable (evalsweep's task API changed?): {exc!r}")
+        checks = {}
+    print()
+    for name, (same, compared, diffs) in checks.items():
+        print(
+            f"{name.upper():<5} requests (prompt, continuation/stops) identical: {same}/{compared}"
+        )
+        for line in diffs[: args.show]:
+            print("  ", line)
     if "mmlu" in tasks:
         mmlu = compare_mmlu(lm_samples, es_rows)
         print(
-            f"\nMMLU  predicted letter identical: {mmlu.agree}/{mmlu.compared} = "
+            f"MMLU  predicted letter identical: {mmlu.agree}/{mmlu.compared} = "
             f"{100 * mmlu.rate:.2f}%  (excluded exact ties: {mmlu.ties}; acc differs on "
             f"{mmlu.acc_differs}; max |d loglik| = {mmlu.max_abs_ll_diff:.2e}; "
             f"missing: {len(mmlu.missing)})"
@@ -338,6 +416,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 f"GSM8K {name:<16} extracted answer identical {gsm.same_filtered[name]}/"
                 f"{gsm.compared}, exact_match identical {gsm.same_score[name]}/{gsm.compared}"
             )
+        print(f"GSM8K what the check can see: {gsm8k_diversity(es_rows)}")
         for line in (gsm.missing + gsm.disagreements)[: args.show]:
             print("  ", line)
         failed |= not gsm.rate >= GSM8K_THRESHOLD or not gsm.scores_equal or bool(gsm.missing)

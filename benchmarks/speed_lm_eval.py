@@ -60,13 +60,14 @@ FLOOR_TARGET = 1.3
 
 @dataclass(frozen=True)
 class Floor:
-    """The bare forward pass: best time over the batch sizes tried."""
+    """The bare forward pass at the batch size that calibrated fastest."""
 
     seconds: float
     batch_size: int
     sequences: int
     tokens: int
-    by_batch_size: dict[int, float]
+    calibration: dict[int, float]
+    load_before: float
 
 
 def mmlu_input_sequences(
@@ -98,7 +99,15 @@ def mmlu_input_sequences(
 
 
 def physical_floor(checkpoint: Path, samples: LmEvalSamples, batch_sizes: Sequence[int]) -> Floor:
-    """Time one bare forward pass over the MMLU inputs for each batch size; keep the best."""
+    """Time one bare forward pass over the MMLU inputs, longest first.
+
+    Batches are right-padded without an attention mask: attention is causal, so padding
+    after a sequence cannot change its real positions, and torch keeps its fast causal
+    SDPA path (an explicit mask forces the slower masked one). Only the last real
+    position of each row goes through the LM head: with one-token answers that is the
+    only position scored. Each candidate batch size is first timed on every 8th
+    sequence; the full pass runs once, at the fastest.
+    """
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -108,28 +117,26 @@ def physical_floor(checkpoint: Path, samples: LmEvalSamples, batch_sizes: Sequen
     sequences = sorted(mmlu_input_sequences(samples, tokenizer, max_length), key=len, reverse=True)
     base, head = model.base_model, model.get_output_embeddings()
 
-    def one_pass(batch_size: int) -> float:
+    def one_pass(seqs: Sequence[tuple[int, ...]], batch_size: int) -> float:
         start = time.perf_counter()
         with torch.inference_mode():
-            for i in range(0, len(sequences), batch_size):
-                batch = sequences[i : i + batch_size]
-                width = len(batch[0])
-                ids = torch.zeros((len(batch), width), dtype=torch.long)
-                mask = torch.zeros((len(batch), width), dtype=torch.long)
+            for i in range(0, len(seqs), batch_size):
+                batch = seqs[i : i + batch_size]
+                ids = torch.zeros((len(batch), len(batch[0])), dtype=torch.long)
                 for row, seq in enumerate(batch):
                     ids[row, : len(seq)] = torch.tensor(seq)
-                    mask[row, : len(seq)] = 1
-                hidden = base(input_ids=ids, attention_mask=mask).last_hidden_state
-                last = hidden[torch.arange(len(batch)), mask.sum(1) - 1]
+                hidden = base(input_ids=ids).last_hidden_state
+                last = hidden[torch.arange(len(batch)), torch.tensor([len(q) - 1 for q in batch])]
                 torch.log_softmax(head(last).float(), dim=-1)
         return time.perf_counter() - start
 
-    with torch.inference_mode():  # warm up kernels and allocator on a few short inputs
-        for seq in sequences[-8:]:
-            base(input_ids=torch.tensor([seq]))
-    timings = {bs: one_pass(bs) for bs in batch_sizes}
-    best = min(timings, key=timings.__getitem__)
-    return Floor(timings[best], best, len(sequences), sum(map(len, sequences)), timings)
+    one_pass(sequences[-16:], 4)  # warm up kernels and the allocator
+    calibration = {bs: one_pass(sequences[::8], bs) for bs in batch_sizes}
+    best = min(calibration, key=calibration.__getitem__)
+    load_before = os.getloadavg()[0]
+    seconds = one_pass(sequences, best)
+    tokens = sum(map(len, sequences))
+    return Floor(seconds, best, len(sequences), tokens, calibration, load_before)
 
 
 def machine_and_versions() -> dict[str, str]:
@@ -172,7 +179,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         "--lm-eval-batch-sizes", default="1,16", help="lm-eval batch sizes to try (or auto)"
     )
     parser.add_argument("--evalsweep-batch-size", default=None, help="default: evalsweep's own")
-    parser.add_argument("--floor-batch-sizes", default="1,8,32")
+    parser.add_argument("--floor-batch-sizes", default="1,4,16")
     parser.add_argument("--data-dir", type=Path, default=DEFAULT_DATA_DIR)
     parser.add_argument("--work-dir", type=Path, default=None, help="default: a temp dir")
     parser.add_argument("--no-results-md", action="store_true", help="don't append RESULTS.md")
@@ -223,7 +230,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         floor = physical_floor(ckpt, mmlu_samples, sizes)
         print(
             f"floor: {floor.sequences} sequences, {floor.tokens} tokens; "
-            + ", ".join(f"batch {b}: {s:.1f} s" for b, s in floor.by_batch_size.items())
+            + "calibration on 1/8: "
+            + ", ".join(f"batch {b} {s:.1f} s" for b, s in floor.calibration.items())
         )
 
     table = render_table(tasks, limits, lm, es, floor)
@@ -240,7 +248,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _report(label: str, measured: Measured) -> None:
     print(
         f"{label:<28} {measured.wall_s:8.1f} s  peak RSS {measured.peak_rss_mib:7.0f} MiB"
-        f"  rc={measured.returncode}"
+        f"  rc={measured.returncode}  (load avg before {measured.load_before:.2f})"
     )
 
 
@@ -253,8 +261,8 @@ def render_table(
 ) -> str:
     """Markdown table: every lm-eval setting, evalsweep, and the ratios to the faster one."""
     lines = [
-        "| benchmark | run | wall s | peak RSS MiB | evalsweep / this (time) | target |",
-        "| --- | --- | ---: | ---: | ---: | ---: |",
+        "| benchmark | run | wall s | peak RSS MiB | evalsweep / this (time) | target | load |",
+        "| --- | --- | ---: | ---: | ---: | ---: | ---: |",
     ]
     for task in tasks:
         ok = {bs: m for bs, m in lm[task].items() if m.returncode == 0}
@@ -268,7 +276,8 @@ def render_table(
             failed = "" if measured.returncode == 0 else " FAILED"
             lines.append(
                 f"| {label} | lm-eval hf, batch {bs}{tag}{failed} | {measured.wall_s:.1f} | "
-                f"{measured.peak_rss_mib:.0f} | {ratio:.3f} | {target} |"
+                f"{measured.peak_rss_mib:.0f} | {ratio:.3f} | {target} | "
+                f"{measured.load_before:.2f} |"
             )
         failed = "" if mine.returncode == 0 else " FAILED"
         mem = ""
@@ -276,13 +285,13 @@ def render_table(
             mem = f" (memory {mine.peak_rss_mib / lm[task][best].peak_rss_mib:.2f}x)"
         lines.append(
             f"| {label} | evalsweep{failed}{mem} | {mine.wall_s:.1f} | "
-            f"{mine.peak_rss_mib:.0f} | 1.000 | |"
+            f"{mine.peak_rss_mib:.0f} | 1.000 | | {mine.load_before:.2f} |"
         )
         if task == "mmlu" and floor is not None:
             lines.append(
                 f"| {label} | physical floor (bare forward, batch {floor.batch_size}, "
                 f"{floor.sequences} seqs, {floor.tokens} tokens) | {floor.seconds:.1f} | | "
-                f"{mine.wall_s / floor.seconds:.3f} | <= {FLOOR_TARGET} |"
+                f"{mine.wall_s / floor.seconds:.3f} | <= {FLOOR_TARGET} | {floor.load_before:.2f} |"
             )
     return "\n".join(lines)
 
@@ -301,7 +310,8 @@ def append_results(table: str, args: argparse.Namespace, limits: dict[str, int])
         f"{limits['mmlu']} per subject; GSM8K first {limits['gsm8k']} problems, greedy, 256 new "
         "tokens. Wall clock of the whole subprocess (imports and model load included); peak "
         "RSS summed over the process tree (psutil, 50 ms polling). The floor is a bare "
-        "forward pass only (no load, no tokenization)."
+        "forward pass only (no load, no tokenization). `load`: the machine's 1-minute load "
+        "average when the run started (2 cores; above ~0.5 something else was running)."
     )
     body = "\n".join(
         [
