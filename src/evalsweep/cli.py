@@ -143,7 +143,7 @@ def run(
 
     spec = SweepSpec(
         checkpoints=list(checkpoints),
-        tasks=[t.strip() for t in tasks.split(",") if t.strip()],
+        tasks=_task_list(tasks),
         data_dir=str(data_dir) if data_dir else None,
         limit=limit,
         num_fewshot=num_fewshot,
@@ -180,6 +180,113 @@ def _show(document: dict[str, Any], as_json: bool, subjects: bool) -> None:
     stdout.print(render_table(document["results"], document["comparisons"]))
     if subjects:
         stdout.print(render_subject_table(document["results"], document["comparisons"]))
+
+
+store_option = click.option(
+    "--store",
+    type=click.Path(dir_okay=False, path_type=Path),
+    envvar="EVALSWEEP_STORE",
+    help="SQLite results store (default ~/.local/share/evalsweep/results.sqlite).",
+)
+
+
+def _open_existing_store(store: Path | None) -> Any:
+    from evalsweep.errors import StoreError
+    from evalsweep.store import Store, default_store_path
+
+    path = store or default_store_path()
+    if not path.is_file():
+        raise StoreError(f"no results store at {path}; run 'evalsweep run' first or pass --store")
+    return Store(path)
+
+
+@main.command()
+@click.argument("checkpoints", nargs=-1, required=True)
+@click.option("--tasks", "-t", required=True, help="Comma-separated tasks, e.g. mmlu,gsm8k.")
+@click.option("--num-fewshot", type=int, help="Use results stored with this few-shot count.")
+@click.option("--baseline", help="Checkpoint the others are compared with (default: the first).")
+@click.option("--subjects", is_flag=True, help="Also show MMLU per subject (significant first).")
+@click.option(
+    "--fail-on-regression", is_flag=True, help="Exit with status 3 if any verdict is a regression."
+)
+@store_option
+@click.option("--json", "as_json", is_flag=True, help="Print the result document as JSON.")
+@click.option("--debug", is_flag=True, help="Show tracebacks.")
+@user_errors
+def compare(
+    checkpoints: tuple[str, ...],
+    tasks: str,
+    num_fewshot: int | None,
+    baseline: str | None,
+    subjects: bool,
+    fail_on_regression: bool,
+    store: Path | None,
+    as_json: bool,
+    debug: bool,
+) -> None:
+    """Compare stored results of CHECKPOINTS, from any runs, without calling a model."""
+    from evalsweep.comparison import compare_results, pick_baseline
+    from evalsweep.engine import stored_sweep
+    from evalsweep.report import results_document
+
+    pick_baseline(list(checkpoints), baseline)
+    with _open_existing_store(store) as results_store:
+        result = stored_sweep(results_store, list(checkpoints), _task_list(tasks), num_fewshot)
+    comparisons = [c.to_dict() for c in compare_results(result, baseline)]
+    document = results_document(result, sys.argv, comparisons)
+    _show(document, as_json, subjects)
+    if fail_on_regression and any(c["verdict"] == "regression" for c in comparisons):
+        sys.exit(3)
+
+
+@main.command()
+@click.argument("candidate")
+@click.option("--baseline", required=True, help="The checkpoint to compare against.")
+@click.option("--tasks", "-t", required=True, help="Comma-separated tasks, e.g. mmlu,gsm8k.")
+@click.option("--num-fewshot", type=int, help="Use results stored with this few-shot count.")
+@click.option(
+    "--direction",
+    type=click.Choice(["both", "regressed", "fixed"]),
+    default="both",
+    show_default=True,
+    help="regressed: baseline right, candidate wrong; fixed: the reverse.",
+)
+@click.option("--max", "max_rows", type=int, default=50, show_default=True, help="Rows to show.")
+@store_option
+@click.option("--json", "as_json", is_flag=True, help="Print all flips as JSON.")
+@click.option("--debug", is_flag=True, help="Show tracebacks.")
+@user_errors
+def flips(
+    candidate: str,
+    baseline: str,
+    tasks: str,
+    num_fewshot: int | None,
+    direction: str,
+    max_rows: int,
+    store: Path | None,
+    as_json: bool,
+    debug: bool,
+) -> None:
+    """List the questions CANDIDATE got wrong that --baseline got right, and the reverse."""
+    from evalsweep.comparison import find_flips
+    from evalsweep.engine import stored_sweep
+    from evalsweep.report import render_flips
+
+    with _open_existing_store(store) as results_store:
+        result = stored_sweep(results_store, [baseline, candidate], _task_list(tasks), num_fewshot)
+    rows = [f.to_dict() for f in find_flips(result, baseline, candidate)]
+    if direction != "both":
+        rows = [r for r in rows if r["direction"] == direction]
+    if as_json:
+        click.echo(json.dumps(rows, indent=2, ensure_ascii=False))
+        return
+    stdout.print(render_flips(rows[:max_rows], baseline, candidate))
+    if len(rows) > max_rows:
+        stdout.print(f"[dim]{len(rows) - max_rows} more; use --max or --json[/dim]")
+
+
+def _task_list(tasks: str) -> list[str]:
+    return [t.strip() for t in tasks.split(",") if t.strip()]
 
 
 @main.command("tasks")

@@ -9,6 +9,7 @@ metrics over the whole task, and per MMLU subject) and hands them to
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import asdict, dataclass
 
 from evalsweep.engine import SweepResult
 from evalsweep.errors import ComparisonError
@@ -68,3 +69,55 @@ def compare_results(result: SweepResult, baseline: str | None = None) -> list[Co
     if len(references) < 2:
         return []
     return compare_sweep(score_sets(result), pick_baseline(references, baseline))
+
+
+@dataclass(frozen=True)
+class Flip:
+    """A question one checkpoint got right and the other wrong."""
+
+    task: str
+    subject: str | None
+    doc_id: int
+    direction: str  # "regressed": baseline right, candidate wrong; "fixed": the reverse
+    question: str
+    target: str
+    baseline_prediction: str
+    candidate_prediction: str
+    baseline_response: str | None
+    candidate_response: str | None
+
+    def to_dict(self) -> dict[str, object]:
+        return asdict(self)
+
+
+def find_flips(result: SweepResult, baseline: str, candidate: str) -> list[Flip]:
+    """Questions that changed between ``baseline`` and ``candidate``: regressions first."""
+    by_key = {(r.checkpoint.reference, r.task): r for r in result.results}
+    references = [c.reference for c in result.checkpoints]
+    for name in (baseline, candidate):
+        if name not in references:
+            raise ComparisonError(
+                f"{name!r} is not one of the checkpoints: {', '.join(references)}"
+            )
+    flips: list[Flip] = []
+    for task in result.task_runs:
+        base, cand = by_key[(baseline, task)], by_key[(candidate, task)]
+        for doc, b, c in zip(base.documents, base.scored, cand.scored, strict=True):
+            if b.correct == c.correct:
+                continue
+            flips.append(
+                Flip(
+                    task=task,
+                    subject=doc.subject,
+                    doc_id=doc.doc_id,
+                    direction="regressed" if b.correct else "fixed",
+                    question=str(doc.fields.get("question", "")),
+                    target=b.target,
+                    baseline_prediction=b.prediction,
+                    candidate_prediction=c.prediction,
+                    baseline_response=b.response,
+                    candidate_response=c.response,
+                )
+            )
+    flips.sort(key=lambda f: (f.direction != "regressed", f.task, f.subject or "", f.doc_id))
+    return flips

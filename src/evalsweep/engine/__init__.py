@@ -5,6 +5,7 @@ asks its backend only for what the store lacks, and commits scores chunk by
 chunk so interrupted sweeps resume.
 """
 
+from evalsweep.engine._stored import stored_sweep
 from evalsweep.engine._sweep import (
     CheckpointTaskResult,
     Progress,
@@ -27,4 +28,5 @@ __all__ = [
     "backend_settings",
     "plan_sweep",
     "run_sweep",
+    "stored_sweep",
 ]

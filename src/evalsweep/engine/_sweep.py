@@ -156,6 +156,7 @@ def run_sweep(spec: SweepSpec, store: Store, progress: Progress | None = None) -
     results: list[CheckpointTaskResult] = []
     backends: dict[str, dict[str, Any]] = {}
     for checkpoint in checkpoints:
+        store.remember_reference(checkpoint.reference, checkpoint.to_dict())
         backend: Backend | None = None
         try:
             for run in task_runs.values():
@@ -299,6 +300,7 @@ def _record(
         response=scored.response,
         metrics=dict(scored.metrics),
         details=dict(scored.details),
+        document=dict(doc.fields),
     )
 
 

@@ -40,6 +40,9 @@ class HFBackend:
 
     def __init__(self, checkpoint: ResolvedCheckpoint, options: BackendOptions) -> None:
         import torch
+        import transformers
+
+        transformers.logging.set_verbosity_error()  # our own errors are the ones users need
 
         self.checkpoint = checkpoint
         self.options = options
@@ -386,7 +389,7 @@ def _load_model(checkpoint: ResolvedCheckpoint, options: BackendOptions, device:
             revision=checkpoint.load_revision,
             trust_remote_code=options.trust_remote_code,
         )
-        dtype = _torch_dtype(options.dtype, getattr(config, "torch_dtype", None))
+        dtype = _torch_dtype(options.dtype, getattr(config, "dtype", None))
         model = AutoModelForCausalLM.from_pretrained(
             checkpoint.load_path,
             revision=checkpoint.load_revision,

@@ -24,6 +24,19 @@ MARKS = {
 }
 
 
+def display_names(references: Sequence[str]) -> dict[str, str]:
+    """Short labels: checkpoint folders that share a parent are shown without it."""
+    if len(references) < 2 or not all("/" in r for r in references):
+        return {r: r for r in references}
+    parts = [r.rstrip("/").split("/") for r in references]
+    common = 0
+    while all(len(p) > common + 1 for p in parts) and len({p[common] for p in parts}) == 1:
+        common += 1
+    if common == 0 or not all(r.startswith(("/", ".", "~")) for r in references):
+        return {r: r for r in references}
+    return {r: "/".join(p[common:]) for r, p in zip(references, parts, strict=True)}
+
+
 def render_table(
     results: Sequence[Mapping[str, Any]],
     comparisons: Sequence[Mapping[str, Any]] = (),
@@ -38,6 +51,7 @@ def render_table(
         (c["candidate"], c["task"], c["metric"]): c for c in comparisons if c.get("subject") is None
     }
     baseline = comparisons[0]["baseline"] if comparisons else None
+    names = display_names(checkpoints)
     table = Table(title=title, title_justify="left")
     table.add_column("checkpoint", style="bold")
     for task, metric in columns:
@@ -46,7 +60,7 @@ def render_table(
         )
         table.add_column(f"{task}\n{SHORT.get(metric, metric)}\nn={n}", justify="right")
     for checkpoint in checkpoints:
-        label = f"{checkpoint} (baseline)" if checkpoint == baseline else checkpoint
+        label = names[checkpoint] + (" (baseline)" if checkpoint == baseline else "")
         row: list[Text | str] = [label]
         for task, metric in columns:
             cell = cells.get((checkpoint, task, metric))
@@ -94,8 +108,9 @@ def render_subject_table(
     keys.sort(key=significance)
     table = Table(title="per subject", title_justify="left")
     table.add_column("task / subject", style="bold")
+    names = display_names(checkpoints)
     for checkpoint in checkpoints:
-        table.add_column(checkpoint, justify="right")
+        table.add_column(names[checkpoint], justify="right")
     for task, subject in keys:
         row: list[Text | str] = [f"{task} / {subject}"]
         for checkpoint in checkpoints:

@@ -19,6 +19,7 @@ from typing import Any
 
 from evalsweep.errors import StoreError
 
+SCHEMA_VERSION = 1
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS samples (
     checkpoint   TEXT NOT NULL,
@@ -37,6 +38,7 @@ CREATE TABLE IF NOT EXISTS samples (
     response     TEXT,
     metrics      TEXT NOT NULL,
     details      TEXT NOT NULL,
+    document     TEXT NOT NULL,
     created      REAL NOT NULL,
     PRIMARY KEY (checkpoint, backend, task, settings, doc_key)
 );
@@ -81,6 +83,7 @@ class SampleRecord:
     response: str | None
     metrics: dict[str, float]
     details: dict[str, Any]
+    document: dict[str, Any]
 
 
 class Store:
@@ -92,7 +95,16 @@ class Store:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             self._conn = sqlite3.connect(self.path, timeout=30)
             self._conn.execute("PRAGMA journal_mode=WAL")
+            version = self._conn.execute("PRAGMA user_version").fetchone()[0]
+            tables = self._conn.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]
+            if tables and version != SCHEMA_VERSION:
+                self._conn.close()
+                raise StoreError(
+                    f"results store {self.path} has schema version {version}, this evalsweep "
+                    f"uses {SCHEMA_VERSION}; use another --store"
+                )
             self._conn.executescript(SCHEMA)
+            self._conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
         except (OSError, sqlite3.Error) as exc:
             raise StoreError(f"cannot open results store {self.path}: {exc}") from exc
 
@@ -112,6 +124,27 @@ class Store:
                 "INSERT OR IGNORE INTO keys (key, kind, value) VALUES (?, ?, ?)",
                 (key, kind, json.dumps(value, sort_keys=True, default=str)),
             )
+
+    def remember_reference(self, reference: str, resolved: dict[str, Any]) -> None:
+        """What a reference last resolved to, so ``compare`` works offline later."""
+        with self._conn:
+            self._conn.execute(
+                "INSERT OR REPLACE INTO keys (key, kind, value) VALUES (?, 'reference', ?)",
+                (f"reference:{reference}", json.dumps(resolved, sort_keys=True)),
+            )
+
+    def lookup_reference(self, reference: str) -> dict[str, Any] | None:
+        found = self.lookup_key(f"reference:{reference}")
+        return dict(found) if found else None
+
+    def settings_of(self, checkpoint: str, task: str) -> list[tuple[str, str, int]]:
+        """(backend key, task settings key, row count) combinations stored for a checkpoint."""
+        cursor = self._conn.execute(
+            "SELECT backend, settings, COUNT(*) FROM samples WHERE checkpoint=? AND task=? "
+            "GROUP BY backend, settings",
+            (checkpoint, task),
+        )
+        return [(row[0], row[1], int(row[2])) for row in cursor]
 
     def lookup_key(self, key: str) -> Any:
         row = self._conn.execute("SELECT value FROM keys WHERE key = ?", (key,)).fetchone()
@@ -156,31 +189,41 @@ class Store:
                 r.response,
                 json.dumps(r.metrics),
                 json.dumps(r.details),
+                json.dumps(r.document, default=str),
                 now,
             )  # fmt: skip
             for r in records
         ]
+        if not rows:
+            return
         try:
             with self._conn:
                 self._conn.executemany(
-                    "INSERT OR REPLACE INTO samples VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                    f"INSERT OR REPLACE INTO samples VALUES ({','.join('?' * len(rows[0]))})",
                     rows,
                 )
         except sqlite3.Error as exc:
             raise StoreError(f"cannot write to results store {self.path}: {exc}") from exc
 
     def records(
-        self, checkpoint: str | None = None, task: str | None = None
+        self,
+        checkpoint: str | None = None,
+        task: str | None = None,
+        backend: str | None = None,
+        settings: str | None = None,
     ) -> Iterator[SampleRecord]:
-        """Every stored row, optionally for one checkpoint identity and task."""
+        """Stored rows, optionally filtered by checkpoint identity, task and settings keys."""
         query = "SELECT * FROM samples WHERE 1=1"
         args: list[str] = []
-        if checkpoint:
-            query += " AND checkpoint = ?"
-            args.append(checkpoint)
-        if task:
-            query += " AND task = ?"
-            args.append(task)
+        for column, value in (
+            ("checkpoint", checkpoint),
+            ("task", task),
+            ("backend", backend),
+            ("settings", settings),
+        ):
+            if value:
+                query += f" AND {column} = ?"
+                args.append(value)
         for row in self._conn.execute(query + " ORDER BY task, doc_key", args):
             yield _record(row)
 
@@ -208,5 +251,5 @@ def _record(row: sqlite3.Row | tuple[Any, ...]) -> SampleRecord:
         doc_id=row[5], subject=row[6], request_hash=row[7], requests=json.loads(row[8]),
         responses=json.loads(row[9]), target=row[10], prediction=row[11],
         correct=bool(row[12]), response=row[13], metrics=json.loads(row[14]),
-        details=json.loads(row[15]),
+        details=json.loads(row[15]), document=json.loads(row[16]),
     )  # fmt: skip

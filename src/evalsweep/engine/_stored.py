@@ -1,0 +1,124 @@
+"""Rebuild a sweep's results from the store alone, with no model call.
+
+``evalsweep compare`` and ``evalsweep flips`` work on checkpoints evaluated in
+different runs or on different days. They need each checkpoint's rows for the
+same task settings and backend settings; when the stored settings differ,
+they refuse and say how, rather than compare unlike with unlike.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+
+from evalsweep.checkpoints import ResolvedCheckpoint, resolve_checkpoint
+from evalsweep.engine._sweep import (
+    CheckpointTaskResult,
+    SweepResult,
+    SweepSpec,
+    TaskRun,
+    _scored,
+)
+from evalsweep.errors import CheckpointError, ComparisonError
+from evalsweep.store import Store
+from evalsweep.tasks import Document, get_task
+
+
+def stored_sweep(
+    store: Store, references: Sequence[str], tasks: Sequence[str], num_fewshot: int | None = None
+) -> SweepResult:
+    """The stored results of ``references`` on ``tasks``, on the documents all of them have."""
+    began = time.time()
+    checkpoints = [_identity(store, ref) for ref in references]
+    task_runs: dict[str, TaskRun] = {}
+    results: list[CheckpointTaskResult] = []
+    backend_key = ""
+    for name in tasks:
+        task = get_task(name)
+        backend_key, settings = _common_settings(store, checkpoints, task.name, num_fewshot)
+        per_checkpoint = {
+            c.identity: {
+                r.doc_key: r
+                for r in store.records(c.identity, task.name, backend_key, settings)
+                if not name.startswith("mmlu_") or r.subject == name[5:]
+            }
+            for c in checkpoints
+        }
+        common = set.intersection(*(set(rows) for rows in per_checkpoint.values()))
+        if not common:
+            raise ComparisonError(f"{name}: the checkpoints have no stored questions in common")
+        first = per_checkpoint[checkpoints[0].identity]
+        keys = sorted(common, key=lambda k: (first[k].subject or "", first[k].doc_id))
+        documents = [
+            Document(k, first[k].doc_id, first[k].document, first[k].subject) for k in keys
+        ]
+        shots = (store.lookup_key(settings) or {}).get("num_fewshot", num_fewshot)
+        task_runs[task.name] = TaskRun(task, int(shots or 0), settings, [])
+        for checkpoint in checkpoints:
+            rows = per_checkpoint[checkpoint.identity]
+            scored = [_scored(rows[k]) for k in keys]
+            results.append(
+                CheckpointTaskResult(
+                    checkpoint, task.name, documents, scored, task.aggregate(documents, scored), 0
+                )
+            )
+    backend = store.lookup_key(backend_key) or {}
+    return SweepResult(
+        run_id=f"compare-{int(began)}",
+        spec=SweepSpec(checkpoints=list(references), tasks=list(tasks), num_fewshot=num_fewshot),
+        checkpoints=checkpoints,
+        task_runs=task_runs,
+        backend_key=backend_key,
+        backend_settings=dict(backend),
+        results=results,
+        backends={},
+        seconds=time.time() - began,
+    )
+
+
+def _identity(store: Store, reference: str) -> ResolvedCheckpoint:
+    """Resolve now if possible (a local folder), else use what the reference resolved to last."""
+    try:
+        return resolve_checkpoint(reference)
+    except CheckpointError as exc:
+        known = store.lookup_reference(reference)
+        if known is None:
+            raise CheckpointError(f"{exc}; and the store has no results for it") from exc
+        return ResolvedCheckpoint(**known)
+
+
+def _common_settings(
+    store: Store, checkpoints: Sequence[ResolvedCheckpoint], task: str, num_fewshot: int | None
+) -> tuple[str, str]:
+    """The (backend, task settings) pair every checkpoint has rows for; the fullest one wins."""
+    options: list[dict[tuple[str, str], int]] = []
+    for checkpoint in checkpoints:
+        found = {
+            (backend, settings): count
+            for backend, settings, count in store.settings_of(checkpoint.identity, task)
+            if num_fewshot is None
+            or (store.lookup_key(settings) or {}).get("num_fewshot") == num_fewshot
+        }
+        if not found:
+            raise ComparisonError(
+                f"{task}: no stored results for {checkpoint.reference}"
+                + (f" with {num_fewshot}-shot" if num_fewshot is not None else "")
+            )
+        options.append(found)
+    shared = set.intersection(*(set(o) for o in options))
+    if not shared:
+        described = "; ".join(
+            f"{c.reference}: " + ", ".join(_describe(store, key) for key in o)
+            for c, o in zip(checkpoints, options, strict=True)
+        )
+        raise ComparisonError(f"{task}: settings differ between checkpoints ({described})")
+    return max(shared, key=lambda key: min(o[key] for o in options))
+
+
+def _describe(store: Store, key: tuple[str, str]) -> str:
+    backend = store.lookup_key(key[0]) or {}
+    settings = store.lookup_key(key[1]) or {}
+    return (
+        f"{settings.get('num_fewshot')}-shot {settings.get('version', '')} on "
+        f"{backend.get('backend')} {backend.get('dtype')} {backend.get('device_type')}"
+    )
