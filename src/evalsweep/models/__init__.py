@@ -23,6 +23,7 @@ class BackendOptions:
     batch_size: int | None = None  # None: automatic, by token budget
     trust_remote_code: bool = False
     max_length: int | None = None
+    prefix_reuse: bool = True  # compute a shared few-shot prefix once per group
 
 
 BACKENDS = ("hf",)

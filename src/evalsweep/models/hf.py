@@ -31,6 +31,9 @@ TOKENIZER_INFINITY = 1000000000000000019884624838656
 CPU_TOKEN_BUDGET = 8192
 CPU_GENERATION_BATCH = 32
 MAX_GENERATION_BATCH = 256
+CPU_CACHE_BUDGET = 256 * 2**20
+PREFIX_BUCKET = 16  # inputs sharing these first tokens are checked for a longer common prefix
+MIN_PREFIX = 32  # shorter shared prefixes are not worth a separate forward pass
 
 
 class HFBackend:
@@ -136,12 +139,30 @@ class HFBackend:
                 raise BackendError(f"continuation {request.continuation!r} encodes to no tokens")
             whole = (context_tokens + continuation)[-(self.max_length + 1) :]
             inputs.setdefault(tuple(whole[:-1]), []).append((index, continuation))
-        ordered = sorted(inputs, key=lambda toks: (-len(toks), toks))
         widths = {
             toks: min(len(toks), max(len(c) for _, c in members))
             for toks, members in inputs.items()
         }
         results: list[LoglikelihoodResult | None] = [None] * len(requests)
+
+        def deliver(tokens: tuple[int, ...], logprobs: Any) -> None:
+            members = inputs[tokens]
+            for index, continuation in members:
+                rows = logprobs[-len(continuation) :]
+                target = torch.tensor(continuation[-rows.shape[0] :], dtype=torch.long)
+                picked = rows.gather(1, target.unsqueeze(1)).squeeze(1)
+                greedy = bool((rows.argmax(dim=-1) == target).all())
+                results[index] = LoglikelihoodResult(float(picked.sum()), greedy)
+            if progress:
+                progress(len(members))
+
+        plain: list[tuple[int, ...]] = []
+        for prefix_length, group in self._prefix_groups(list(inputs), widths):
+            if prefix_length:
+                self._score_with_prefix(prefix_length, group, widths, deliver)
+            else:
+                plain.extend(group)
+        ordered = sorted(plain, key=lambda toks: (-len(toks), toks))
         start = 0
         while start < len(ordered):
             batch = ordered[start : start + self._batch_rows(len(ordered[start]))]
@@ -151,17 +172,116 @@ class HFBackend:
                 self._shrink_budget(len(batch), len(batch[0]))
                 continue
             for tokens, logprobs in zip(batch, scored, strict=True):
-                members = inputs[tokens]
-                for index, continuation in members:
-                    rows = logprobs[-len(continuation) :]
-                    target = torch.tensor(continuation[-rows.shape[0] :], dtype=torch.long)
-                    picked = rows.gather(1, target.unsqueeze(1)).squeeze(1)
-                    greedy = bool((rows.argmax(dim=-1) == target).all())
-                    results[index] = LoglikelihoodResult(float(picked.sum()), greedy)
-                if progress:
-                    progress(len(members))
+                deliver(tokens, logprobs)
             start += len(batch)
         return [r for r in results if r is not None]
+
+    # -- few-shot prefix reuse ------------------------------------------------------------
+
+    def _prefix_groups(
+        self, inputs: list[tuple[int, ...]], widths: Mapping[tuple[int, ...], int]
+    ) -> list[tuple[int, list[tuple[int, ...]]]]:
+        """Group inputs that start with the same long token prefix (an MMLU subject's shots).
+
+        Returns (prefix length, inputs) pairs; length 0 means "no shared prefix worth
+        reusing". The prefix never reaches into positions that are scored.
+        """
+        if not self.options.prefix_reuse:
+            return [(0, inputs)]
+        buckets: dict[tuple[int, ...], list[tuple[int, ...]]] = {}
+        for tokens in inputs:
+            buckets.setdefault(tokens[:PREFIX_BUCKET], []).append(tokens)
+        groups = []
+        for members in buckets.values():
+            if len(members) < 2:
+                groups.append((0, members))
+                continue
+            first = members[0]
+            common = min(len(t) - widths[t] for t in members)
+            for tokens in members[1:]:
+                limit = min(common, len(tokens))
+                i = 0
+                while i < limit and tokens[i] == first[i]:
+                    i += 1
+                common = i
+            groups.append((common if common >= MIN_PREFIX else 0, members))
+        return groups
+
+    def _score_with_prefix(
+        self,
+        prefix_length: int,
+        group: list[tuple[int, ...]],
+        widths: Mapping[tuple[int, ...], int],
+        deliver: Any,
+    ) -> None:
+        """Run the shared prefix once, then only each input's suffix against its cache.
+
+        The prefix's keys and values are expanded (not copied) across the batch;
+        each forward appends the suffixes' own keys and values behind them.
+        """
+        torch = self.torch
+        prefix = torch.tensor([group[0][:prefix_length]], dtype=torch.long, device=self.device)
+        with torch.inference_mode():
+            cached = self.model(input_ids=prefix, use_cache=True, logits_to_keep=1).past_key_values
+        layers = _cache_tensors(cached)
+        per_row_bytes = sum(k.numel() + v.numel() for k, v in layers) * layers[0][0].element_size()
+        max_rows = max(1, int(self._cache_budget() // max(1, per_row_bytes)))
+        ordered = sorted(group, key=lambda toks: (-len(toks), toks))
+        start = 0
+        while start < len(ordered):
+            longest = len(ordered[start]) - prefix_length
+            rows = min(max_rows, self._batch_rows(longest))
+            batch = ordered[start : start + rows]
+            try:
+                scored = self._score_suffixes(batch, prefix_length, layers, widths)
+            except _OutOfMemory:
+                self._shrink_budget(len(batch), longest)
+                max_rows = max(1, len(batch) // 2)
+                continue
+            for tokens, logprobs in zip(batch, scored, strict=True):
+                deliver(tokens, logprobs)
+            start += len(batch)
+
+    def _score_suffixes(
+        self,
+        batch: list[tuple[int, ...]],
+        prefix_length: int,
+        layers: list[tuple[Any, Any]],
+        widths: Mapping[tuple[int, ...], int],
+    ) -> list[Any]:
+        from transformers import DynamicCache
+
+        torch = self.torch
+        longest = len(batch[0]) - prefix_length
+        ids = torch.zeros((len(batch), longest), dtype=torch.long)
+        for row, tokens in enumerate(batch):
+            suffix = tokens[prefix_length:]
+            ids[row, : len(suffix)] = torch.tensor(suffix, dtype=torch.long)
+        cache = DynamicCache()
+        for layer, (keys, values) in enumerate(layers):
+            shape = (len(batch), *keys.shape[1:])
+            cache.update(keys.expand(shape), values.expand(shape), layer)
+        first = min(len(t) - prefix_length - widths[t] for t in batch)
+        with torch.inference_mode():
+            logits = self._forward(
+                ids.to(self.device),
+                past_key_values=cache,
+                use_cache_override=True,
+                logits_to_keep=torch.arange(first, longest, device=self.device),
+            )
+        out = []
+        for row, tokens in enumerate(batch):
+            end = len(tokens) - prefix_length - first
+            sliced = logits[row, end - widths[tokens] : end].float()
+            out.append(torch.log_softmax(sliced, dim=-1).cpu())
+        return out
+
+    def _cache_budget(self) -> float:
+        """Bytes the expanded prefix cache may take: a share of free device memory."""
+        if self.device.type == "cuda":
+            free, _total = self.torch.cuda.mem_get_info(self.device)
+            return 0.25 * free
+        return CPU_CACHE_BUDGET
 
     def _batch_rows(self, longest: int) -> int:
         """Rows in the next batch: ``--batch-size``, or as many as the token budget holds."""
@@ -205,9 +325,9 @@ class HFBackend:
             out.append(torch.log_softmax(sliced, dim=-1).cpu())
         return out
 
-    def _forward(self, ids: Any, **kwargs: Any) -> Any:
+    def _forward(self, ids: Any, use_cache_override: bool = False, **kwargs: Any) -> Any:
         try:
-            return self.model(input_ids=ids, use_cache=False, **kwargs).logits
+            return self.model(input_ids=ids, use_cache=use_cache_override, **kwargs).logits
         except self.torch.cuda.OutOfMemoryError as exc:
             raise _OutOfMemory() from exc
         except RuntimeError as exc:
@@ -318,6 +438,15 @@ class HFBackend:
 
 class _OutOfMemory(Exception):
     """Raised inside a batch so the caller can retry with a smaller budget."""
+
+
+def _cache_tensors(cache: Any) -> list[tuple[Any, Any]]:
+    """(keys, values) per layer from a transformers cache, across cache API versions."""
+    if hasattr(cache, "layers"):
+        return [(layer.keys, layer.values) for layer in cache.layers]
+    if hasattr(cache, "key_cache"):
+        return list(zip(cache.key_cache, cache.value_cache, strict=True))
+    return [(k, v) for k, v in cache]
 
 
 def _pick_device(requested: str) -> Any:
