@@ -383,57 +383,94 @@ class HFBackend:
     def _generate_batch(
         self, contexts: list[list[int]], stops: list[str], max_new: int
     ) -> list[str]:
-        """Greedy decoding of a left-padded batch; each row stops at its own stop string."""
-        torch = self.torch
-        from transformers import StoppingCriteria, StoppingCriteriaList
+        """Greedy decoding of a left-padded batch; each row stops at its own stop string.
 
-        pad_id = self.tokenizer.pad_token_id
+        A hand-written loop rather than ``model.generate``: rows that finish leave
+        the batch at once (their cache rows are dropped), and the attention mask is
+        kept as a ready 4-D additive mask so no step rebuilds it.
+        """
+        torch = self.torch
+        device = self.device
+        rows = len(contexts)
         longest = max(len(c) for c in contexts)
-        ids = torch.full((len(contexts), longest), pad_id, dtype=torch.long)
-        mask = torch.zeros((len(contexts), longest), dtype=torch.long)
+        ids = torch.full((rows, longest), self.tokenizer.pad_token_id, dtype=torch.long)
+        mask = torch.zeros((rows, longest), dtype=torch.long)
         for row, tokens in enumerate(contexts):
             ids[row, longest - len(tokens) :] = torch.tensor(tokens, dtype=torch.long)
             mask[row, longest - len(tokens) :] = 1
-        tokenizer = self.tokenizer
-        tail = max(len(tokenizer.encode(s, add_special_tokens=False)) for s in stops) + 2
-
-        class StopStrings(StoppingCriteria):  # type: ignore[misc]
-            """Marks a row done once a stop string appears in its new text."""
-
-            def __call__(self, input_ids: Any, scores: Any, **kwargs: Any) -> Any:
-                new = input_ids[:, longest:]
-                done = torch.zeros(new.shape[0], dtype=torch.bool, device=input_ids.device)
-                for row in range(new.shape[0]):
-                    text = tokenizer.decode(new[row, -tail:])
-                    done[row] = any(stop in text for stop in stops)
-                return done
-
+        positions = (mask.cumsum(-1) - 1).clamp(min=0)
+        tail = max(len(self.tokenizer.encode(s, add_special_tokens=False)) for s in stops) + 2
+        eos_ids = self._eos_ids()
+        generated: list[list[int]] = [[] for _ in range(rows)]
+        alive = list(range(rows))
         try:
             with torch.inference_mode():
-                out = self.model.generate(
-                    input_ids=ids.to(self.device),
-                    attention_mask=mask.to(self.device),
-                    max_new_tokens=max_new,
-                    do_sample=False,
-                    temperature=None,
-                    top_p=None,
-                    top_k=None,
-                    stopping_criteria=StoppingCriteriaList([StopStrings()]),
-                    pad_token_id=pad_id,
+                out = self.model(
+                    input_ids=ids.to(device),
+                    attention_mask=mask.to(device),
+                    position_ids=positions.to(device),
                     use_cache=True,
+                    logits_to_keep=1,
                 )
+                cache = out.past_key_values
+                next_tokens = out.logits[:, -1].argmax(dim=-1)
+                # Additive mask over (pad, context, generated) keys for one query position.
+                blocked = torch.finfo(self.dtype).min
+                additive = torch.zeros((rows, 1, 1, longest), dtype=self.dtype, device=device)
+                additive[mask.to(device)[:, None, None, :] == 0] = blocked
+                last = positions[:, -1].to(device)
+                for step in range(max_new):
+                    done = []
+                    for j, (row, token) in enumerate(zip(alive, next_tokens.tolist(), strict=True)):
+                        generated[row].append(token)
+                        if token in eos_ids or self._stopped(generated[row], stops, tail):
+                            done.append(j)
+                    if step == max_new - 1 or len(done) == len(alive):
+                        break
+                    if done:
+                        keep = [j for j in range(len(alive)) if j not in set(done)]
+                        index = torch.tensor(keep, device=device)
+                        cache.batch_select_indices(index)
+                        additive, last, next_tokens = (
+                            additive[index],
+                            last[index],
+                            next_tokens[index],
+                        )
+                        alive = [alive[j] for j in keep]
+                    zeros = torch.zeros((len(alive), 1, 1, 1), dtype=self.dtype, device=device)
+                    additive = torch.cat([additive, zeros], dim=-1)
+                    last = last + 1
+                    out = self.model(
+                        input_ids=next_tokens[:, None],
+                        attention_mask=additive,
+                        position_ids=last[:, None],
+                        past_key_values=cache,
+                        use_cache=True,
+                    )
+                    next_tokens = out.logits[:, -1].argmax(dim=-1)
         except self.torch.cuda.OutOfMemoryError as exc:
             raise BackendError(
-                f"out of memory generating a batch of {len(contexts)}; try --batch-size smaller"
+                f"out of memory generating a batch of {rows}; try a smaller --batch-size"
             ) from exc
         texts = []
-        for row in out[:, longest:].tolist():
-            text = tokenizer.decode(row, skip_special_tokens=True)
+        for tokens in generated:
+            text = self.tokenizer.decode(tokens, skip_special_tokens=True)
             for stop in stops:
                 if stop:
                     text = text.split(stop)[0]
             texts.append(text)
         return texts
+
+    def _stopped(self, tokens: list[int], stops: list[str], tail: int) -> bool:
+        text = self.tokenizer.decode(tokens[-tail:])
+        return any(stop and stop in text for stop in stops)
+
+    def _eos_ids(self) -> set[int]:
+        """The ids ``generate`` would stop on: the generation config's, else the tokenizer's."""
+        configured = getattr(getattr(self.model, "generation_config", None), "eos_token_id", None)
+        if configured is None:
+            configured = self.tokenizer.eos_token_id
+        return set(configured) if isinstance(configured, list) else {int(configured)}
 
 
 class _OutOfMemory(Exception):
