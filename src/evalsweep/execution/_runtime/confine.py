@@ -1,0 +1,94 @@
+"""Confinement applied to a freshly forked child before untrusted code runs.
+
+The worker's namespaces, read-only root and cgroup are set up once when the
+zygote starts (see ``jail``); what must differ per sample is applied here, in
+the child, between ``fork`` and the first line of sample code: a new session,
+a fixed file-descriptor layout, resource limits, and finally the loss of every
+privilege (capabilities, or the uid itself) followed by the seccomp filter.
+The order matters: the filter forbids the calls made by the earlier steps.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import resource
+import signal
+from dataclasses import dataclass, field
+
+from . import linux
+
+_HIGH_FD = 200  # above anything the zygote itself holds
+
+
+@dataclass
+class Confinement:
+    """What a child does to itself before it runs code it does not trust."""
+
+    rlimits: list[tuple[int, int, int]] = field(default_factory=list)
+    drop_capabilities: bool = False
+    switch_to: tuple[int, int] | None = None  # (uid, gid) when no user namespace
+    seccomp: linux.SeccompProgram | None = None
+    no_new_privs: bool = True
+    oom_score_adj: int | None = 1000
+    cwd: str = "/"
+
+
+def arrange_fds(layout: dict[int, int]) -> None:
+    """Make ``target -> source`` hold exactly and close every other descriptor.
+
+    Sources are first moved above every target so that a ``dup2`` can never
+    overwrite a source that is still needed; then everything above the layout
+    is closed, so the child keeps none of the zygote's control channels.
+    """
+    staged = {}
+    for offset, (target, source) in enumerate(sorted(layout.items())):
+        staged[target] = os.dup2(source, _HIGH_FD + offset, inheritable=False)
+    for target, source in staged.items():
+        os.dup2(source, target, inheritable=True)
+    os.closerange(max(layout) + 1, 1 << 20)
+
+
+def apply(plan: Confinement) -> None:
+    """Apply ``plan`` to the calling process; any failure aborts the child."""
+    if plan.oom_score_adj is not None:
+        with contextlib.suppress(OSError):  # without /proc the cgroup limit still applies
+            linux.write_file("/proc/self/oom_score_adj", str(plan.oom_score_adj))
+    os.chdir(plan.cwd)
+    for which, soft, hard in plan.rlimits:
+        resource.setrlimit(which, (soft, hard))
+    if plan.switch_to is not None:
+        uid, gid = plan.switch_to
+        os.setgroups([])
+        os.setresgid(gid, gid, gid)
+        os.setresuid(uid, uid, uid)
+    if plan.drop_capabilities:
+        linux.drop_all_capabilities()
+    if plan.no_new_privs or plan.seccomp is not None:
+        linux.prctl(linux.PR_SET_NO_NEW_PRIVS, 1)
+    if plan.seccomp is not None:
+        plan.seccomp.load()
+    # The zygote runs as pid 1 with SIGINT at its default (so that nothing in
+    # the namespace can interrupt it); a Python program expects the usual
+    # KeyboardInterrupt handler.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+def rlimits_for(
+    *,
+    address_space: int,
+    file_size: int,
+    open_files: int,
+    cpu_seconds: int,
+    processes: int,
+) -> list[tuple[int, int, int]]:
+    """The per-sample resource limits, as ``(resource, soft, hard)`` triples."""
+    return [
+        (resource.RLIMIT_AS, address_space, address_space),
+        (resource.RLIMIT_FSIZE, file_size, file_size),
+        (resource.RLIMIT_NOFILE, open_files, open_files),
+        # SIGXCPU at the soft limit, SIGKILL one second later.
+        (resource.RLIMIT_CPU, cpu_seconds, cpu_seconds + 1),
+        (resource.RLIMIT_CORE, 0, 0),
+        (resource.RLIMIT_NPROC, processes, processes),
+    ]

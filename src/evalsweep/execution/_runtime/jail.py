@@ -1,0 +1,174 @@
+"""One-time isolation of a worker: namespaces, a fresh read-only root, no identity.
+
+A worker is set up once, when its zygote starts, so the expensive parts cost
+nothing per sample:
+
+* pid, network, IPC, UTS and mount namespaces (the network namespace has no
+  interface up, so there is no network at all);
+* a new root built on a small tmpfs from read-only bind mounts of the system
+  and interpreter directories only: no home directory, no project files, no
+  ``/sys``, no host ``/tmp``; then ``pivot_root`` so the host tree is gone;
+* when started as root: the zygote drops to an unprivileged host uid and only
+  then creates a user namespace, so "root" inside maps to nobody outside and
+  every mount made above is locked read-only.
+
+Each step is attempted separately and its outcome recorded, so the parent can
+report exactly which layers hold on this machine.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from typing import Any
+
+from . import linux
+
+WORKER_NAMESPACES = (
+    linux.CLONE_NEWNS
+    | linux.CLONE_NEWPID
+    | linux.CLONE_NEWNET
+    | linux.CLONE_NEWIPC
+    | linux.CLONE_NEWUTS
+)
+_STAGING_CANDIDATES = ("/mnt", "/media", "/srv", "/opt", "/run", "/tmp", "/var/tmp")
+
+
+def probe_user_namespace(uid: int, gid: int, privileged: bool) -> str | None:
+    """Try, in a throwaway child, what the zygote will do; return the error or None."""
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - child
+        code = 0
+        try:
+            if privileged:
+                os.setgroups([])
+                os.setresgid(gid, gid, gid)
+                os.setresuid(uid, uid, uid)
+            linux.unshare(linux.CLONE_NEWUSER)
+        except OSError as error:
+            code = 100 + min(error.errno or 0, 100)
+        os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    code = os.waitstatus_to_exitcode(status)
+    return None if code == 0 else f"user namespace unavailable: {os.strerror(code - 100)}"
+
+
+def unshare_worker(privileged: bool) -> None:
+    """Enter the worker's namespaces; unprivileged callers need a user namespace first."""
+    if privileged:
+        linux.unshare(WORKER_NAMESPACES)
+        return
+    outer_uid, outer_gid = os.getuid(), os.getgid()
+    linux.unshare(linux.CLONE_NEWUSER | WORKER_NAMESPACES)
+    write_id_maps(outer_uid, outer_gid)
+
+
+def write_id_maps(outer_uid: int, outer_gid: int) -> None:
+    """Map uid/gid 0 inside the new user namespace to one id outside."""
+    linux.write_file("/proc/self/setgroups", "deny")
+    linux.write_file("/proc/self/uid_map", f"0 {outer_uid} 1")
+    linux.write_file("/proc/self/gid_map", f"0 {outer_gid} 1")
+
+
+def _staging_dir(spec: dict[str, Any]) -> str:
+    sources = [bind["source"] for bind in spec["binds"]]
+    for candidate in _STAGING_CANDIDATES:
+        if not os.path.isdir(candidate) or os.path.islink(candidate):
+            continue
+        if any(os.path.commonpath([candidate, source]) == candidate for source in sources):
+            continue
+        return candidate
+    raise OSError(2, "no directory to stage the sandbox root on")
+
+
+def _preserved_flags(path: str) -> int:
+    """Mount flags a remount must keep (the kernel refuses to clear locked ones)."""
+    flags = os.statvfs(path).f_flag
+    kept = 0
+    for st_flag, ms_flag in (
+        (os.ST_NOSUID, linux.MS_NOSUID),
+        (os.ST_NODEV, linux.MS_NODEV),
+        (os.ST_NOEXEC, linux.MS_NOEXEC),
+        (os.ST_NOATIME, linux.MS_NOATIME),
+        (os.ST_NODIRATIME, linux.MS_NODIRATIME),
+        (os.ST_RELATIME, linux.MS_RELATIME),
+    ):
+        if flags & st_flag:
+            kept |= ms_flag
+    return kept
+
+
+def _bind(source: str, target: str, read_only: bool) -> None:
+    if os.path.isdir(source):
+        os.makedirs(target, exist_ok=True)
+    else:
+        os.makedirs(os.path.dirname(target), exist_ok=True)
+        os.close(os.open(target, os.O_CREAT | os.O_WRONLY, 0o644))
+    linux.mount(source, target, None, linux.MS_BIND, None)
+    if read_only:
+        flags = linux.MS_REMOUNT | linux.MS_BIND | linux.MS_RDONLY | linux.MS_NOSUID
+        linux.mount(None, target, None, flags | _preserved_flags(target), None)
+
+
+def build_root(spec: dict[str, Any]) -> None:
+    """Build the sandbox root described by ``spec`` and pivot into it.
+
+    ``spec`` (computed by the parent) lists read-only binds, device binds,
+    symlinks and small generated files. Must run inside the new mount and pid
+    namespaces, as the process that will be the namespace's init.
+    """
+    linux.mount(None, "/", None, linux.MS_REC | linux.MS_PRIVATE, None)
+    root = _staging_dir(spec)
+    linux.mount("tmpfs", root, "tmpfs", linux.MS_NOSUID | linux.MS_NODEV, "size=4m,mode=0755")
+    for bind in spec["binds"]:
+        _bind(bind["source"], root + bind["target"], read_only=bind["read_only"])
+    for path, target in spec["symlinks"].items():
+        os.makedirs(os.path.dirname(root + path), exist_ok=True)
+        os.symlink(target, root + path)
+    for path, text in spec["files"].items():
+        os.makedirs(os.path.dirname(root + path), exist_ok=True)
+        with open(root + path, "w") as handle:
+            handle.write(text)
+    for path in spec["dirs"]:
+        os.makedirs(root + path, exist_ok=True)
+    os.chmod(root + "/tmp", 0o1777)
+    os.makedirs(root + "/proc", exist_ok=True)
+    # A proc instance of *this* pid namespace: the sample sees only its own
+    # worker's processes.
+    flags = linux.MS_NOSUID | linux.MS_NODEV | linux.MS_NOEXEC
+    linux.mount("proc", root + "/proc", "proc", flags, None)
+    os.makedirs(root + "/.old-root")
+    linux.pivot_root(root, root + "/.old-root")
+    os.chdir("/")
+    linux.umount("/.old-root", linux.MNT_DETACH)
+    os.rmdir("/.old-root")
+    flags = linux.MS_REMOUNT | linux.MS_BIND | linux.MS_RDONLY | linux.MS_NOSUID | linux.MS_NODEV
+    linux.mount(None, "/", None, flags, None)
+
+
+def drop_to_user_namespace(uid: int, gid: int) -> None:
+    """As root: become ``uid``/``gid`` on the host, then root of a new user namespace.
+
+    The new mount namespace created with it is owned by that user namespace,
+    which is what lets the zygote mount each sample's scratch tmpfs while every
+    mount inherited from the build step stays locked.
+    """
+    os.setgroups([])
+    os.setresgid(gid, gid, gid)
+    os.setresuid(uid, uid, uid)
+    # Changing uid made us non-dumpable, which would make /proc/self/uid_map
+    # root-owned and unwritable by us.
+    linux.prctl(linux.PR_SET_DUMPABLE, 1)
+    linux.unshare(linux.CLONE_NEWUSER | linux.CLONE_NEWNS)
+    write_id_maps(uid, gid)
+
+
+def mount_scratch(size_bytes: int, inodes: int) -> None:
+    """A fresh, empty tmpfs on /tmp: the only writable place a sample gets."""
+    data = f"size={size_bytes},nr_inodes={inodes},mode=1777"
+    linux.mount("tmpfs", "/tmp", "tmpfs", linux.MS_NOSUID | linux.MS_NODEV, data)
+
+
+def unmount_scratch() -> None:
+    with contextlib.suppress(OSError):
+        linux.umount("/tmp", linux.MNT_DETACH)

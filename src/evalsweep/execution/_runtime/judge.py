@@ -1,0 +1,325 @@
+"""The judge: runs the benchmark's test code against the sample, from outside it.
+
+The judge process lives in a different sandbox from the sample and holds the
+only copy of the test code (and so of every expected output). The test's
+``check(candidate)`` runs here; ``candidate`` and any other name the test
+takes from the sample's program are :class:`Remote` proxies whose calls are
+sent to the sample as plain data and whose results come back as exact
+built-in values. Every comparison, ``abs``, ``isinstance`` or ``math.isclose``
+in the test therefore runs on trustworthy objects with the judge's own
+builtins, and the outcome is reported on a pipe the sample never holds.
+"""
+
+from __future__ import annotations
+
+import builtins
+import contextlib
+import importlib
+import signal
+from collections.abc import Iterator
+from typing import Any
+
+from . import wire
+
+_BUILTIN_NAMES = frozenset(vars(builtins))
+_MESSAGE_LIMIT = 2000
+
+
+class SampleRaised:
+    """Mixin marking an exception that was raised by the sample's code."""
+
+    __slots__ = ()
+    remote_type = "Exception"
+
+
+class JudgeTimeout(BaseException):
+    """The judge's wall-clock alarm went off (a BaseException: tests cannot catch it)."""
+
+
+@contextlib.contextmanager
+def deadline(seconds: float) -> Iterator[None]:
+    """Raise :class:`JudgeTimeout` in this thread after ``seconds`` of wall time."""
+
+    def expire(_signum: int, _frame: object) -> None:
+        raise JudgeTimeout()
+
+    previous = signal.signal(signal.SIGALRM, expire)
+    signal.setitimer(signal.ITIMER_REAL, max(seconds, 0.001))
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+class SampleGone(Exception):
+    """The sample's process ended (or closed its channel) before answering."""
+
+
+class SampleLoadFailed(Exception):
+    """The sample's program raised while it was being loaded."""
+
+    def __init__(self, facts: dict[str, Any]) -> None:
+        super().__init__(str(facts.get("msg", "")))
+        self.facts = facts
+
+
+_exception_classes: dict[str, type[BaseException]] = {}
+
+
+def _exception_for(facts: dict[str, Any]) -> BaseException:
+    """An exception to raise in the test for one the sample raised.
+
+    It subclasses the built-in exception of the same name when there is one,
+    so a test's ``except ValueError`` still works, and always carries the
+    :class:`SampleRaised` mark so the verdict can say who raised it.
+    """
+    name = str(facts.get("type", "Exception"))
+    message = str(facts.get("msg", ""))[:_MESSAGE_LIMIT]
+    if name == "StopIteration":
+        return StopIteration()
+    cls = _exception_classes.get(name)
+    if cls is None:
+        if len(_exception_classes) > 256:  # names come from the sample: bound the cache
+            _exception_classes.clear()
+        base = getattr(builtins, name, None) if facts.get("builtin") else None
+        if not (isinstance(base, type) and issubclass(base, Exception)):
+            base = Exception  # SystemExit, KeyboardInterrupt, user classes
+        try:
+            cls = type(name, (base, SampleRaised), {"remote_type": name})
+        except TypeError:
+            cls = type(name, (Exception, SampleRaised), {"remote_type": name})
+        _exception_classes[name] = cls
+    try:
+        return cls(message)
+    except TypeError:  # exceptions whose constructor wants other arguments
+        fallback = type(name, (Exception, SampleRaised), {"remote_type": name})
+        return fallback(message)
+
+
+class Remote:
+    """A value that stayed in the sample's process (a function, an object).
+
+    Calls, attribute access, iteration, ``len`` and truth are forwarded; the
+    answers come back as plain data. Equality, hashing and ``in`` are *not*
+    forwarded: they use identity here, so the sample never sees the value it
+    is being compared with and cannot claim to equal it.
+    """
+
+    __slots__ = ("_channel", "_rid", "_type")
+
+    def __init__(self, channel: SampleChannel, rid: int, type_name: str) -> None:
+        object.__setattr__(self, "_channel", channel)
+        object.__setattr__(self, "_rid", rid)
+        object.__setattr__(self, "_type", type_name)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self._channel.call(["r", self._rid], args, kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__") and name.endswith("__"):
+            raise AttributeError(name)
+        return self._channel.request({"op": "getattr", "r": self._rid, "name": name})
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        self._channel.request(
+            {"op": "setattr", "r": self._rid, "name": name, "v": self._channel.encode(value)}
+        )
+
+    def __iter__(self) -> Any:
+        return self._channel.request({"op": "iter", "r": self._rid})
+
+    def __next__(self) -> Any:
+        return self._channel.request({"op": "next", "r": self._rid})
+
+    def __len__(self) -> int:
+        value = self._channel.request({"op": "len", "r": self._rid})
+        if type(value) is not int:
+            raise TypeError("len() of a sample object did not return an int")
+        return value
+
+    def __bool__(self) -> bool:
+        return self._channel.request({"op": "bool", "r": self._rid}) is True
+
+    def __getitem__(self, key: Any) -> Any:
+        return self._channel.request(
+            {"op": "item", "r": self._rid, "key": self._channel.encode(key)}
+        )
+
+    def __repr__(self) -> str:
+        return f"<sample {self._type} object>"
+
+
+class SampleChannel:
+    """The judge's end of the request/reply channel to the sample."""
+
+    def __init__(self, fd: int, max_frame: int) -> None:
+        self._fd = fd
+        self._max_frame = max_frame
+        self._remotes: dict[int, Remote] = {}
+
+    def _receive(self) -> dict[str, Any]:
+        try:
+            reply = wire.load_json(wire.read_frame(self._fd, self._max_frame))
+        except wire.PeerClosed:
+            raise SampleGone("the sample's process ended") from None
+        if not isinstance(reply, dict) or not isinstance(reply.get("t"), str):
+            raise wire.ProtocolError("reply is not a message")
+        return reply
+
+    def hello(self) -> None:
+        reply = self._receive()
+        if reply["t"] == "load_error":
+            raise SampleLoadFailed(reply)
+        if reply["t"] != "ready":
+            raise wire.ProtocolError(f"unexpected {reply['t']!r} before ready")
+
+    def _remote(self, rid: int, type_name: str) -> Remote:
+        remote = self._remotes.get(rid)
+        if remote is None:
+            remote = self._remotes[rid] = Remote(self, rid, type_name[:80])
+        return remote
+
+    def encode(self, value: Any) -> Any:
+        def only_remotes(obj: Any) -> Any:
+            if type(obj) is Remote:
+                return ["r", obj._rid, ""]
+            raise TypeError(f"a {type(obj).__name__} cannot be passed to the sample")
+
+        return wire.encode(value, only_remotes)
+
+    def decode(self, tree: Any) -> Any:
+        return wire.decode(tree, self._remote)
+
+    def request(self, message: dict[str, Any]) -> Any:
+        wire.write_frame(self._fd, wire.dump_json(message))
+        reply = self._receive()
+        if reply["t"] == "ok":
+            return self.decode(reply.get("v"))
+        if reply["t"] == "exc":
+            raise _exception_for(reply)
+        raise wire.ProtocolError(f"unexpected reply {reply['t']!r}")
+
+    def call(self, target: list[Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        message = {
+            "op": "call",
+            "f": target,
+            "a": [self.encode(arg) for arg in args],
+            "k": {str(name): self.encode(arg) for name, arg in kwargs.items()},
+        }
+        wire.write_frame(self._fd, wire.dump_json(message))
+        reply = self._receive()
+        if reply["t"] == "exc":
+            raise _exception_for(reply)
+        if reply["t"] != "ok":
+            raise wire.ProtocolError(f"unexpected reply {reply['t']!r}")
+        for index, tree in reply.get("m") or []:
+            if type(index) is int and 0 <= index < len(args):
+                _write_back(args[index], self.decode(tree))
+        return self.decode(reply.get("v"))
+
+    def lookup(self, name: str) -> Any:
+        """A global of the sample's program, as a value, module or remote."""
+        wire.write_frame(self._fd, wire.dump_json({"op": "get", "name": name}))
+        reply = self._receive()
+        kind = reply["t"]
+        if kind == "missing":
+            raise KeyError(name)
+        if kind == "module":
+            # The judge imports the module itself: only its name crosses.
+            return importlib.import_module(str(reply["name"]))
+        if kind == "ok":
+            return self.decode(reply.get("v"))
+        if kind == "exc":
+            raise _exception_for(reply)
+        raise wire.ProtocolError(f"unexpected reply {kind!r}")
+
+
+def _write_back(original: Any, updated: Any) -> None:
+    kind = type(original)
+    if kind is not type(updated):
+        return
+    if kind is list or kind is bytearray:
+        original[:] = updated
+    elif kind is dict or kind is set:
+        original.clear()
+        original.update(updated)
+
+
+class JudgeGlobals(dict):  # type: ignore[type-arg]
+    """The test's global namespace: its own names first, then builtins, then the sample's.
+
+    Builtins are not looked up in the sample (except the functions under test
+    themselves), so a program that defines its own ``abs`` or ``isinstance``
+    cannot change how the test checks it.
+    """
+
+    def __init__(self, channel: SampleChannel, sample_names: frozenset[str]) -> None:
+        super().__init__()
+        self._channel = channel
+        self._sample_names = sample_names
+
+    def __missing__(self, name: str) -> Any:
+        # The functions under test may share a builtin's name (MBPP/126 tests
+        # a ``sum``); those, and only those, are the sample's.
+        if name.startswith("__") or (name in _BUILTIN_NAMES and name not in self._sample_names):
+            raise KeyError(name)
+        value = self._channel.lookup(name)
+        self[name] = value
+        return value
+
+
+def judge(spec: dict[str, Any], channel: SampleChannel) -> dict[str, Any]:
+    """Run the test of ``spec`` against the sample behind ``channel``; return the report."""
+    try:
+        channel.hello()
+        namespace = JudgeGlobals(channel, frozenset(spec.get("sample_names", ())))
+        if spec.get("prelude") is not None:
+            exec(spec["prelude"], namespace)
+            # The prompt declares the entry point without a body; the real one
+            # is the sample's.
+            namespace.pop(spec["entry_point"], None)
+        exec(spec["test"], namespace)
+        candidate = None if spec["entry_point"] == "None" else namespace[spec["entry_point"]]
+        # ``dict.get`` skips __missing__: the check function must be the test's own.
+        check = dict.get(namespace, "check")
+        if not callable(check):
+            raise wire.ProtocolError("the test code defines no check()")
+        check(candidate)
+    except SampleLoadFailed as error:
+        return {"outcome": "error", "origin": "load", **_facts(error.facts)}
+    except SampleGone:
+        return {"outcome": "error", "origin": "exit"}
+    except wire.ProtocolError as error:
+        return {
+            "outcome": "error",
+            "origin": "protocol",
+            "type": "ProtocolError",
+            "msg": str(error),
+        }
+    except BaseException as error:
+        if isinstance(error, SampleRaised):
+            return {
+                "outcome": "error",
+                "origin": "sample",
+                "type": error.remote_type,
+                "msg": _message(error),
+            }
+        if isinstance(error, MemoryError):
+            return {"outcome": "error", "origin": "judge", "type": "MemoryError", "msg": ""}
+        return {"outcome": "failed", "type": type(error).__name__, "msg": _message(error)}
+    return {"outcome": "passed"}
+
+
+def _facts(facts: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "type": str(facts.get("type", "?"))[:100],
+        "msg": str(facts.get("msg", ""))[:_MESSAGE_LIMIT],
+    }
+
+
+def _message(error: BaseException) -> str:
+    try:
+        return str(error)[:_MESSAGE_LIMIT]
+    except BaseException:
+        return "<unprintable>"

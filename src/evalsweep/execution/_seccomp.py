@@ -1,0 +1,161 @@
+"""The seccomp filter every sample and judge process runs under.
+
+Built once in the trusted parent with the system's libseccomp (Debian package
+``libseccomp2``, used through ctypes: no compiler, no PyPI package), exported
+as raw BPF, and loaded in each child with a single ``prctl``. The policy is a
+deny list on top of the namespaces: calls that reach kernel surface a sample
+never needs (mounting, new namespaces, ptrace, BPF, keyrings, io_uring,
+kernel modules, SysV IPC that would outlive the sample) fail with ``EPERM``;
+sockets other than ``AF_UNIX`` fail; non-native system call ABIs kill the
+process.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import os
+import threading
+from dataclasses import dataclass
+
+_ALLOW = 0x7FFF0000
+_KILL_PROCESS = 0x80000000
+_FILTER_ATTR_BAD_ARCH = 2  # SCMP_FLTATR_ACT_BADARCH
+_CMP_NE = 1
+_CMP_MASKED_EQ = 7
+_AF_UNIX = 1
+
+DENIED = (
+    # new namespaces, mounts, root changes
+    *("unshare", "setns", "mount", "umount2", "pivot_root", "chroot", "move_mount", "open_tree"),
+    *("fsopen", "fsconfig", "fsmount", "fspick", "mount_setattr"),
+    # other processes' memory, kernel objects and kernel attack surface
+    *("ptrace", "process_vm_readv", "process_vm_writev", "process_madvise", "pidfd_getfd", "kcmp"),
+    *("bpf", "perf_event_open", "userfaultfd", "io_uring_setup", "io_uring_enter"),
+    *("io_uring_register", "keyctl", "add_key", "request_key"),
+    # the machine itself
+    *("kexec_load", "kexec_file_load", "init_module", "finit_module", "delete_module", "reboot"),
+    *("swapon", "swapoff", "acct", "quotactl", "quotactl_fd", "syslog", "settimeofday"),
+    *("clock_settime", "clock_adjtime", "adjtimex", "sethostname", "setdomainname", "iopl"),
+    *("ioperm", "vhangup", "name_to_handle_at", "open_by_handle_at", "fanotify_init"),
+    *("lookup_dcookie", "uselib", "nfsservctl"),
+    # SysV IPC and POSIX message queues: objects that would outlive the sample
+    *("shmget", "shmat", "shmdt", "shmctl", "semget", "semop", "semtimedop", "semctl"),
+    *("msgget", "msgsnd", "msgrcv", "msgctl", "mq_open", "mq_unlink", "mq_timedsend"),
+    *("mq_timedreceive", "mq_notify", "mq_getsetattr"),
+)
+_NAMESPACE_FLAGS = (
+    0x00020000,
+    0x04000000,
+    0x08000000,
+    0x10000000,
+    0x20000000,
+    0x40000000,
+    0x02000000,
+)
+_TIOCSTI = 0x5412
+
+
+@dataclass(frozen=True)
+class SeccompFilter:
+    """A compiled filter, or why there is none on this machine."""
+
+    bpf: bytes | None
+    detail: str
+
+
+class _ArgCmp(ctypes.Structure):
+    _fields_ = [
+        ("arg", ctypes.c_uint),
+        ("op", ctypes.c_int),
+        ("datum_a", ctypes.c_uint64),
+        ("datum_b", ctypes.c_uint64),
+    ]
+
+
+def _errno_action(number: int) -> int:
+    return 0x00050000 | (number & 0xFFFF)
+
+
+_cache: SeccompFilter | None = None
+_lock = threading.Lock()
+
+
+def build_filter() -> SeccompFilter:
+    """Compile the filter (once per process); never raises."""
+    global _cache
+    with _lock:
+        if _cache is None:
+            try:
+                _cache = _compile()
+            except OSError as error:
+                _cache = SeccompFilter(None, str(error))
+        return _cache
+
+
+def _compile() -> SeccompFilter:
+    name = ctypes.util.find_library("seccomp")
+    if name is None:
+        raise OSError(2, "libseccomp not found (Debian: apt-get install libseccomp2)")
+    lib = ctypes.CDLL(name, use_errno=True)
+    lib.seccomp_init.restype = ctypes.c_void_p
+    lib.seccomp_init.argtypes = [ctypes.c_uint32]
+    lib.seccomp_release.argtypes = [ctypes.c_void_p]
+    lib.seccomp_syscall_resolve_name.argtypes = [ctypes.c_char_p]
+    lib.seccomp_rule_add_array.argtypes = [
+        ctypes.c_void_p,
+        ctypes.c_uint32,
+        ctypes.c_int,
+        ctypes.c_uint,
+        ctypes.POINTER(_ArgCmp),
+    ]
+    lib.seccomp_attr_set.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_uint32]
+    lib.seccomp_export_bpf.argtypes = [ctypes.c_void_p, ctypes.c_int]
+
+    ctx = lib.seccomp_init(_ALLOW)
+    if not ctx:
+        raise OSError(12, "seccomp_init failed")
+    try:
+
+        def rule(action: int, syscall: str, *cmps: tuple[int, int, int, int]) -> None:
+            number = lib.seccomp_syscall_resolve_name(syscall.encode())
+            if number < 0:
+                return  # not a system call on this architecture
+            array = (_ArgCmp * max(1, len(cmps)))(*(_ArgCmp(*cmp) for cmp in cmps))
+            result = lib.seccomp_rule_add_array(ctx, action, number, len(cmps), array)
+            if result != 0:
+                raise OSError(-result, f"seccomp rule for {syscall}: {os.strerror(-result)}")
+
+        eperm = _errno_action(1)
+        lib.seccomp_attr_set(ctx, _FILTER_ATTR_BAD_ARCH, _KILL_PROCESS)
+        for syscall in DENIED:
+            rule(eperm, syscall)
+        # glibc's fork() is clone(): refuse only the namespace flags. clone3
+        # takes its flags in memory the filter cannot read, so it reports
+        # "not implemented" and glibc falls back to clone.
+        for flag in _NAMESPACE_FLAGS:
+            rule(eperm, "clone", (0, _CMP_MASKED_EQ, flag, flag))
+        rule(_errno_action(38), "clone3")
+        rule(_errno_action(97), "socket", (0, _CMP_NE, _AF_UNIX, 0))  # EAFNOSUPPORT
+        rule(_errno_action(97), "socketpair", (0, _CMP_NE, _AF_UNIX, 0))
+        rule(eperm, "ioctl", (1, _CMP_MASKED_EQ, 0xFFFFFFFF, _TIOCSTI))
+        rule(eperm, "personality", (0, _CMP_NE, 0xFFFFFFFF, 0))
+
+        read_end, write_end = os.pipe()
+        try:
+            result = lib.seccomp_export_bpf(ctx, write_end)
+            os.close(write_end)
+            write_end = -1
+            if result != 0:
+                raise OSError(-result, f"seccomp_export_bpf: {os.strerror(-result)}")
+            chunks = []
+            while chunk := os.read(read_end, 1 << 16):
+                chunks.append(chunk)
+        finally:
+            os.close(read_end)
+            if write_end >= 0:
+                os.close(write_end)
+        bpf = b"".join(chunks)
+        return SeccompFilter(bpf, f"libseccomp deny list, {len(bpf) // 8} BPF instructions")
+    finally:
+        lib.seccomp_release(ctx)

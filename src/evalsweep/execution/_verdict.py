@@ -1,0 +1,131 @@
+"""Turn what the zygotes observed into a verdict, in the parent.
+
+The inputs are plain data only: the kernel's exit status of the sample's
+process (as seen by its zygote), whether the zygote had to kill it, how much
+it printed, the cgroup's OOM counter, and the judge's report, which comes from
+a process in another sandbox. The sample can influence none of these except
+by actually behaving that way.
+"""
+
+from __future__ import annotations
+
+import signal
+from typing import Any
+
+from ._types import ExecutionRequest, Verdict
+
+SETUP_FAILED = 125
+
+
+def _signal_name(number: int) -> str:
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
+
+
+def _death(sample: dict[str, Any], oom: bool, cpu_limit: float) -> Verdict | None:
+    """The verdict for a sample process that ended on its own by a signal."""
+    number = sample.get("signal")
+    if not sample.get("exited_by_itself") or number is None:
+        return None
+    # RLIMIT_CPU sends SIGXCPU, then SIGKILL one second later if ignored.
+    out_of_cpu = number == signal.SIGKILL and not oom and sample.get("cpu", 0.0) >= cpu_limit - 0.05
+    if number == signal.SIGXCPU or out_of_cpu:
+        return Verdict("timeout", "cpu time", "CPU-time limit reached")
+    if number == signal.SIGKILL and oom:
+        return Verdict("error", "memory limit", "killed by the kernel: cgroup memory limit reached")
+    if number == signal.SIGXFSZ:
+        return Verdict("error", "file size limit", "killed by SIGXFSZ")
+    name = _signal_name(number)
+    return Verdict("error", name, f"killed by {name}")
+
+
+def _exception(facts: dict[str, Any], who: str) -> Verdict:
+    kind = str(facts.get("type", "Exception"))
+    message = str(facts.get("msg", ""))
+    if kind == "MemoryError":
+        return Verdict("error", "memory limit", f"MemoryError raised {who}")
+    return Verdict("error", kind, message)
+
+
+def decide(
+    request: ExecutionRequest,
+    sample: dict[str, Any],
+    judge: dict[str, Any] | None,
+    *,
+    oom: bool,
+) -> Verdict:
+    """The verdict for one sample; see :class:`Verdict` for the categories."""
+    if sample.get("timed_out"):
+        return Verdict("timeout", "wall clock", f"no result within {request_timeout(request):g} s")
+    if sample.get("output_limit"):
+        total = sample.get("stdout_bytes", 0) + sample.get("stderr_bytes", 0)
+        return Verdict("error", "output limit", f"wrote more than the limit ({total} bytes seen)")
+    if sample.get("exit_code") == SETUP_FAILED and "sandbox setup failed" in sample.get(
+        "stderr", ""
+    ):
+        return Verdict("error", "sandbox setup", sample.get("stderr", "").strip()[-500:])
+    cpu_limit = float(request.limits.cpu_seconds()) if request.limits is not None else float("inf")
+    if request.test is not None:
+        return _decide_function(sample, judge, oom, cpu_limit)
+    return _decide_program(request, sample, oom, cpu_limit)
+
+
+def request_timeout(request: ExecutionRequest) -> float:
+    return request.limits.timeout if request.limits is not None else 0.0
+
+
+def _decide_function(
+    sample: dict[str, Any], judge: dict[str, Any] | None, oom: bool, cpu_limit: float
+) -> Verdict:
+    report = judge.get("report") if judge else None
+    if isinstance(report, dict) and report.get("outcome") == "passed":
+        return Verdict("passed")
+    if judge is not None and judge.get("timed_out"):
+        return Verdict("timeout", "wall clock", "the test did not finish in time")
+    if not isinstance(report, dict):
+        died = _death(sample, oom, cpu_limit)
+        return died or Verdict("error", "judge lost", "the judge ended without a report")
+    outcome, origin = report.get("outcome"), report.get("origin")
+    if outcome == "failed":
+        kind = str(report.get("type", "AssertionError"))
+        return Verdict("failed", kind, str(report.get("msg", "")))
+    if origin == "exit":
+        died = _death(sample, oom, cpu_limit)
+        if died is not None:
+            return died
+        if oom:
+            return Verdict("error", "memory limit", "cgroup memory limit reached")
+        code = sample.get("exit_code")
+        return Verdict(
+            "error", "exit", f"the program exited (code {code}) before the tests finished"
+        )
+    if origin in ("sample", "load"):
+        return _exception(
+            report, "by the program" if origin == "sample" else "while loading the program"
+        )
+    if origin == "judge":
+        return _exception(report, "in the test")
+    return Verdict("error", str(origin or "judge"), str(report.get("msg", "")))
+
+
+def _decide_program(
+    request: ExecutionRequest, sample: dict[str, Any], oom: bool, cpu_limit: float
+) -> Verdict:
+    died = _death(sample, oom, cpu_limit)
+    if died is not None:
+        return died
+    code = sample.get("exit_code")
+    stderr = str(sample.get("stderr", ""))
+    if code != 0:
+        last = stderr.strip().splitlines()[-1] if stderr.strip() else ""
+        if last.startswith("MemoryError"):
+            return Verdict("error", "memory limit", "MemoryError")
+        return Verdict("failed", f"exit code {code}", last[:500])
+    if request.expected_stdout is not None:
+        expected = request.expected_stdout
+        same_size = sample.get("stdout_bytes", 0) == len(expected.encode("utf-8", "surrogatepass"))
+        if not same_size or sample.get("stdout") != expected:
+            return Verdict("failed", "wrong output", "stdout differs from the expected output")
+    return Verdict("passed")

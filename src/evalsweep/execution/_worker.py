@@ -1,0 +1,324 @@
+"""One worker: a sample sandbox and a judge sandbox, kept alive and replaced.
+
+A worker runs one sample at a time (two requests are kept in flight so the
+zygotes never wait for the parent). If either sandbox breaks, the sample
+being run gets an ``error`` verdict, both sandboxes are replaced, and the
+samples queued behind it are run again on the fresh ones: one broken sample
+never costs another its result.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import hashlib
+import os
+import socket
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from . import _verdict
+from ._cgroups import CgroupSupport, WorkerCgroup
+from ._rootfs import interpreter_for
+from ._sandbox import Sandbox, SandboxBroken, next_request_id
+from ._types import MAX_TRANSFER_BYTES, ExecutionRequest, ExecutionResult, Limits, Verdict
+
+_PIPELINE_DEPTH = 2
+_REPLY_GRACE = 10.0  # seconds beyond the sample's timeout before a zygote counts as hung
+_JUDGE_GRACE = 2.0
+_FILE_NAMES = {"python": "main.py", "javascript": "main.js", "bash": "main.sh"}
+
+Emit = Callable[[int, ExecutionResult], None]
+
+
+@dataclass(frozen=True)
+class WorkerSettings:
+    """What every worker of one service shares."""
+
+    config: dict[str, Any]  # root spec, environment, import path, seccomp, preloads
+    judge_preload: tuple[str, ...]
+    cgroups: CgroupSupport | None
+    uid_base: int
+    limits: Limits
+    name: str
+
+
+def zygote_limits(
+    limits: Limits, *, judge: bool = False, keep: int | None = None
+) -> dict[str, int]:
+    """Limits in the units the zygote applies them in."""
+    mib = 1 << 20
+    return {
+        "address_space": limits.address_space_mb * mib,
+        "file_size": limits.max_file_mb * mib,
+        "open_files": 64 if judge else limits.max_open_files,
+        "cpu_seconds": limits.cpu_seconds() + (1 if judge else 0),
+        "processes": 8 if judge else limits.max_processes + 2,
+        "scratch": limits.scratch_mb * mib,
+        "scratch_inodes": limits.scratch_inodes,
+        "output_limit": limits.output_limit_bytes,
+        "output_keep": limits.output_keep_bytes if keep is None else keep,
+        "max_frame": limits.max_value_bytes,
+    }
+
+
+def judge_key(request: ExecutionRequest) -> str:
+    test = request.test
+    assert test is not None
+    digest = hashlib.sha256()
+    for part in (test.prelude or "\0", test.test, test.entry_point, *test.sample_names):
+        digest.update(part.encode("utf-8", "surrogatepass") + b"\0\1")
+    return digest.hexdigest()[:24]
+
+
+@dataclass
+class _Flight:
+    index: int
+    request: ExecutionRequest
+    request_id: int
+    limits: Limits
+    judged: bool
+    started: float
+
+
+@dataclass
+class Worker:
+    """One sample sandbox plus one judge sandbox."""
+
+    index: int
+    settings: WorkerSettings
+    sample_box: Sandbox | None = None
+    judge_box: Sandbox | None = None
+    restarts: int = 0
+    _tests: set[str] = field(default_factory=set)
+    _cgroups: list[WorkerCgroup] = field(default_factory=list)
+    _oom_seen: int = 0
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    def _cgroup(self, role: str, memory_mb: int, pids: int) -> WorkerCgroup | None:
+        support = self.settings.cgroups
+        if support is None or (support.memory is None and support.pids is None):
+            return None
+        name = f"{self.settings.name}-w{self.index}-{role}"
+        group = WorkerCgroup(support, name, memory_mb << 20, pids)
+        self._cgroups.append(group)
+        return group
+
+    def start(self) -> None:
+        limits = self.settings.limits
+        if not self._cgroups:
+            sample_group = self._cgroup("sample", limits.memory_mb + 128, limits.max_processes + 3)
+            judge_group = self._cgroup("judge", limits.memory_mb + 128, 12)
+        else:
+            sample_group, judge_group = (self._cgroups + [None, None])[:2]
+        base = self.settings.uid_base + 2 * self.index
+        config = self.settings.config
+        self.sample_box = Sandbox("sample", {**config, "uid": base, "gid": base}, sample_group)
+        judge_config = {
+            **config,
+            "uid": base + 1,
+            "gid": base + 1,
+            "preload": list(self.settings.judge_preload),
+        }
+        self.judge_box = Sandbox("judge", judge_config, judge_group)
+        try:
+            self.sample_box.start()
+            self.judge_box.start()
+        except BaseException:
+            self.stop()
+            raise
+        self._tests.clear()
+        self._oom_seen = sample_group.oom_kills() if sample_group is not None else 0
+
+    def stop(self) -> None:
+        for box in (self.sample_box, self.judge_box):
+            if box is not None:
+                box.close()
+        self.sample_box = self.judge_box = None
+
+    def close(self) -> None:
+        self.stop()
+        for group in self._cgroups:
+            group.remove()
+        self._cgroups.clear()
+
+    def restart(self) -> None:
+        self.stop()
+        self.restarts += 1
+        self.start()
+
+    def layers(self) -> dict[str, tuple[bool, str]]:
+        return dict(self.sample_box.info.layers) if self.sample_box else {}
+
+    # -- running -----------------------------------------------------------------------------
+
+    def run_slice(self, items: list[tuple[int, ExecutionRequest]], emit: Emit) -> None:
+        """Run ``items`` in order, calling ``emit`` as each result is known."""
+        queue = collections.deque(items)
+        inflight: collections.deque[_Flight] = collections.deque()
+        while queue or inflight:
+            while queue and len(inflight) < _PIPELINE_DEPTH:
+                index, request = queue.popleft()
+                refusal = self._refusal(request)
+                if refusal is not None:
+                    emit(index, ExecutionResult(refusal, key=request.key))
+                    continue
+                try:
+                    inflight.append(self._submit(index, request))
+                except SandboxBroken:
+                    queue.appendleft((index, request))
+                    self._recover(inflight, queue, emit, "the sandbox could not be reached")
+                    break
+            if not inflight:
+                continue
+            flight = inflight[0]
+            try:
+                sample, judge = self._collect(flight)
+            except SandboxBroken as error:
+                self._recover(inflight, queue, emit, str(error))
+                continue
+            inflight.popleft()
+            emit(flight.index, self._result(flight, sample, judge))
+            if sample.get("unclean"):
+                self._recover(inflight, queue, None, "a process survived SIGKILL")
+
+    def _refusal(self, request: ExecutionRequest) -> Verdict | None:
+        size = len(request.program.encode("utf-8", "surrogatepass")) + len(request.stdin)
+        if size > MAX_TRANSFER_BYTES:
+            return Verdict(
+                "error", "too large", f"{size} bytes exceeds the {MAX_TRANSFER_BYTES}-byte limit"
+            )
+        if request.test is not None and request.language != "python":
+            return Verdict("error", "unsupported", "function tests are for Python programs")
+        if request.language != "python" and interpreter_for(request.language) is None:
+            return Verdict(
+                "error", "unsupported", f"no {request.language} interpreter on this machine"
+            )
+        return None
+
+    def _recover(
+        self,
+        inflight: collections.deque[_Flight],
+        queue: collections.deque[tuple[int, ExecutionRequest]],
+        emit: Emit | None,
+        why: str,
+    ) -> None:
+        """Blame the oldest request in flight (if any), requeue the rest, restart."""
+        if inflight and emit is not None:
+            culprit = inflight.popleft()
+            lost = Verdict("error", "worker lost", why)
+            emit(culprit.index, ExecutionResult(lost, key=culprit.request.key))
+        for flight in reversed(inflight):
+            queue.appendleft((flight.index, flight.request))
+        inflight.clear()
+        self.restart()
+
+    def _submit(self, index: int, request: ExecutionRequest) -> _Flight:
+        assert self.sample_box is not None and self.judge_box is not None
+        limits = request.limits or self.settings.limits
+        program = request.program.encode("utf-8", "surrogatepass")
+        keep = limits.output_keep_bytes
+        if request.expected_stdout is not None:
+            keep = max(keep, len(request.expected_stdout.encode("utf-8", "surrogatepass")) + 1)
+        request_id = next_request_id()
+        message: dict[str, Any] = {
+            "op": "run",
+            "id": request_id,
+            "mode": "function" if request.test is not None else "program",
+            "language": request.language,
+            "program_size": len(program),
+            "stdin_size": len(request.stdin),
+            "timeout": limits.timeout,
+            "limits": zygote_limits(limits, keep=keep),
+            "file_name": _FILE_NAMES[request.language],
+            "interpreter": interpreter_for(request.language) or [],
+        }
+        if request.test is None:
+            self.sample_box.send(message, raw=program + request.stdin)
+            return _Flight(index, request, request_id, limits, False, time.monotonic())
+        key = judge_key(request)
+        if key not in self._tests:
+            test = request.test
+            self.judge_box.send(
+                {
+                    "op": "test",
+                    "key": key,
+                    "prelude": test.prelude,
+                    "test": test.test,
+                    "entry_point": test.entry_point,
+                    "sample_names": list(test.sample_names),
+                }
+            )
+            self._tests.add(key)
+        judge_end, sample_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            judge_message = {
+                "op": "judge",
+                "id": request_id,
+                "key": key,
+                "timeout": limits.timeout * 2 + _JUDGE_GRACE,
+                "limits": zygote_limits(limits, judge=True),
+            }
+            self.judge_box.send(judge_message, fds=(judge_end.fileno(),))
+            self.sample_box.send(message, fds=(sample_end.fileno(),), raw=program + request.stdin)
+        finally:
+            judge_end.close()
+            sample_end.close()
+        return _Flight(index, request, request_id, limits, True, time.monotonic())
+
+    def _collect(self, flight: _Flight) -> tuple[dict[str, Any], dict[str, Any] | None]:
+        assert self.sample_box is not None and self.judge_box is not None
+        deadline = time.monotonic() + flight.limits.timeout * 2 + _REPLY_GRACE
+        sample = self.sample_box.receive(deadline)
+        if sample.get("t") != "result" or sample.get("id") != flight.request_id:
+            raise SandboxBroken(f"unexpected reply from the sample sandbox: {sample.get('t')}")
+        judge = None
+        if flight.judged:
+            while True:
+                judge = self.judge_box.receive(deadline)
+                if judge.get("t") in ("test_ok", "test_error"):
+                    continue
+                if judge.get("t") != "result" or judge.get("id") != flight.request_id:
+                    raise SandboxBroken(
+                        f"unexpected reply from the judge sandbox: {judge.get('t')}"
+                    )
+                break
+        return sample, judge
+
+    def _oom_happened(self) -> bool:
+        group = self.sample_box.cgroup if self.sample_box else None
+        if group is None:
+            return False
+        count = group.oom_kills()
+        happened, self._oom_seen = count > self._oom_seen, count
+        return happened
+
+    def _result(
+        self, flight: _Flight, sample: dict[str, Any], judge: dict[str, Any] | None
+    ) -> ExecutionResult:
+        request = flight.request
+        if request.limits is None:
+            request = dataclasses.replace(request, limits=flight.limits)
+        verdict = _verdict.decide(request, sample, judge, oom=self._oom_happened())
+        signal_number = sample.get("signal") if sample.get("exited_by_itself") else None
+        return ExecutionResult(
+            verdict=verdict,
+            key=request.key,
+            exit_code=sample.get("exit_code"),
+            signal=_verdict._signal_name(signal_number) if signal_number else None,
+            wall_seconds=float(sample.get("wall", 0.0)),
+            cpu_seconds=float(sample.get("cpu", 0.0)),
+            max_rss_kb=int(sample.get("max_rss_kb", 0)),
+            stdout=str(sample.get("stdout", "")),
+            stderr=str(sample.get("stderr", "")),
+            stdout_bytes=int(sample.get("stdout_bytes", 0)),
+            stderr_bytes=int(sample.get("stderr_bytes", 0)),
+        )
+
+
+def default_uid_base() -> int:
+    """A range of host uids no account uses, distinct per running service."""
+    return 0x50000000 + ((os.getpid() & 0x3FFF) << 8)
