@@ -16,6 +16,7 @@ import csv
 import json
 import math
 import os
+import resource
 import subprocess
 import sys
 import threading
@@ -247,6 +248,7 @@ class Measured:
     peak_rss_mib: float
     returncode: int
     load_before: float  # 1-minute load average at start: the machine may be shared
+    cpu_s: float  # user + system CPU seconds: far less sensitive than wall time to sharing
 
 
 def run_measured(cmd: Sequence[str], log_path: Path, cwd: Path | None = None) -> Measured:
@@ -254,13 +256,15 @@ def run_measured(cmd: Sequence[str], log_path: Path, cwd: Path | None = None) ->
 
     Peak RSS is the sum over the process tree, polled with psutil every 50 ms, so
     worker children count too. (ru_maxrss of RUSAGE_CHILDREN would be a max over every
-    child this process ever waited for, not a per-run figure.)
+    child this process ever waited for, not a per-run figure.) CPU time is the
+    RUSAGE_CHILDREN delta, which covers the child and the descendants it waited for.
     """
     import psutil
 
     log_path.parent.mkdir(parents=True, exist_ok=True)
     peak = 0
     load_before = os.getloadavg()[0]
+    usage_before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
     with log_path.open("w") as log:
         proc = subprocess.Popen(
@@ -288,7 +292,9 @@ def run_measured(cmd: Sequence[str], log_path: Path, cwd: Path | None = None) ->
         wall = time.perf_counter() - start
         done.set()
         poller.join()
-    return Measured(wall, peak / 2**20, returncode, load_before)
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (usage.ru_utime - usage_before.ru_utime) + (usage.ru_stime - usage_before.ru_stime)
+    return Measured(wall, peak / 2**20, returncode, load_before, cpu)
 
 
 def lm_eval_command(
@@ -428,6 +434,7 @@ def warm_datasets_cache(task_dir: Path) -> None:
     """
     import datasets
 
+    datasets.disable_progress_bars()
     for path in sorted(task_dir.rglob("*.yaml")):
         cfg = yaml.safe_load(path.read_text(encoding="utf-8"))
         if cfg.get("dataset_path") == "json":

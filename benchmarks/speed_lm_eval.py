@@ -68,6 +68,7 @@ class Floor:
     tokens: int
     calibration: dict[int, float]
     load_before: float
+    cpu_s: float
 
 
 def mmlu_input_sequences(
@@ -134,9 +135,11 @@ def physical_floor(checkpoint: Path, samples: LmEvalSamples, batch_sizes: Sequen
     calibration = {bs: one_pass(sequences[::8], bs) for bs in batch_sizes}
     best = min(calibration, key=calibration.__getitem__)
     load_before = os.getloadavg()[0]
+    cpu_before = time.process_time()
     seconds = one_pass(sequences, best)
+    cpu = time.process_time() - cpu_before
     tokens = sum(map(len, sequences))
-    return Floor(seconds, best, len(sequences), tokens, calibration, load_before)
+    return Floor(seconds, best, len(sequences), tokens, calibration, load_before, cpu)
 
 
 def machine_and_versions() -> dict[str, str]:
@@ -247,7 +250,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _report(label: str, measured: Measured) -> None:
     print(
-        f"{label:<28} {measured.wall_s:8.1f} s  peak RSS {measured.peak_rss_mib:7.0f} MiB"
+        f"{label:<28} {measured.wall_s:8.1f} s wall {measured.cpu_s:8.1f} s CPU"
+        f"  peak RSS {measured.peak_rss_mib:7.0f} MiB"
         f"  rc={measured.returncode}  (load avg before {measured.load_before:.2f})"
     )
 
@@ -261,8 +265,9 @@ def render_table(
 ) -> str:
     """Markdown table: every lm-eval setting, evalsweep, and the ratios to the faster one."""
     lines = [
-        "| benchmark | run | wall s | peak RSS MiB | evalsweep / this (time) | target | load |",
-        "| --- | --- | ---: | ---: | ---: | ---: | ---: |",
+        "| benchmark | run | wall s | CPU s | peak RSS MiB | evalsweep / this: wall (CPU) "
+        "| target | load |",
+        "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     for task in tasks:
         ok = {bs: m for bs, m in lm[task].items() if m.returncode == 0}
@@ -271,12 +276,12 @@ def render_table(
         label = f"{task} ({_size(task, limits[task])})"
         for bs, measured in lm[task].items():
             tag = " (faster, anchor)" if bs == best else ""
-            ratio = mine.wall_s / measured.wall_s
+            ratio = f"{mine.wall_s / measured.wall_s:.3f} ({mine.cpu_s / measured.cpu_s:.3f})"
             target = f"<= {TARGETS[task]}" if bs == best else ""
             failed = "" if measured.returncode == 0 else " FAILED"
             lines.append(
                 f"| {label} | lm-eval hf, batch {bs}{tag}{failed} | {measured.wall_s:.1f} | "
-                f"{measured.peak_rss_mib:.0f} | {ratio:.3f} | {target} | "
+                f"{measured.cpu_s:.1f} | {measured.peak_rss_mib:.0f} | {ratio} | {target} | "
                 f"{measured.load_before:.2f} |"
             )
         failed = "" if mine.returncode == 0 else " FAILED"
@@ -284,14 +289,15 @@ def render_table(
         if best is not None:
             mem = f" (memory {mine.peak_rss_mib / lm[task][best].peak_rss_mib:.2f}x)"
         lines.append(
-            f"| {label} | evalsweep{failed}{mem} | {mine.wall_s:.1f} | "
+            f"| {label} | evalsweep{failed}{mem} | {mine.wall_s:.1f} | {mine.cpu_s:.1f} | "
             f"{mine.peak_rss_mib:.0f} | 1.000 | | {mine.load_before:.2f} |"
         )
         if task == "mmlu" and floor is not None:
             lines.append(
                 f"| {label} | physical floor (bare forward, batch {floor.batch_size}, "
-                f"{floor.sequences} seqs, {floor.tokens} tokens) | {floor.seconds:.1f} | | "
-                f"{mine.wall_s / floor.seconds:.3f} | <= {FLOOR_TARGET} | {floor.load_before:.2f} |"
+                f"{floor.sequences} seqs, {floor.tokens} tokens) | {floor.seconds:.1f} | "
+                f"{floor.cpu_s:.1f} | | {mine.wall_s / floor.seconds:.3f} "
+                f"({mine.cpu_s / floor.cpu_s:.3f}) | <= {FLOOR_TARGET} | {floor.load_before:.2f} |"
             )
     return "\n".join(lines)
 
@@ -310,8 +316,10 @@ def append_results(table: str, args: argparse.Namespace, limits: dict[str, int])
         f"{limits['mmlu']} per subject; GSM8K first {limits['gsm8k']} problems, greedy, 256 new "
         "tokens. Wall clock of the whole subprocess (imports and model load included); peak "
         "RSS summed over the process tree (psutil, 50 ms polling). The floor is a bare "
-        "forward pass only (no load, no tokenization). `load`: the machine's 1-minute load "
-        "average when the run started (2 cores; above ~0.5 something else was running)."
+        "forward pass only (no load, no tokenization). CPU s: user + system CPU time of the "
+        "process tree, less sensitive than wall time to other work on a shared machine. "
+        "`load`: the 1-minute load average when the run started (2 cores; well above 0 "
+        "means something else was running)."
     )
     body = "\n".join(
         [
