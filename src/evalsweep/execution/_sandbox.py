@@ -65,20 +65,16 @@ class Sandbox:
         """Start the zygote and wait until it reports its isolation layers."""
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
+            # -S -s -B -P rather than -I: -I's -E would ignore PYTHONHASHSEED,
+            # which every sandbox of a service shares (so the judge and the
+            # sample agree on set order); the environment is entirely ours.
+            command = [sys.executable, "-S", "-s", "-B", "-P", str(ZYGOTE)]
             self._proc = subprocess.Popen(
-                [
-                    sys.executable,
-                    "-I",
-                    "-S",
-                    "-B",
-                    str(ZYGOTE),
-                    "--control-fd",
-                    str(theirs.fileno()),
-                ],
+                [*command, "--control-fd", str(theirs.fileno())],
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL,
                 stderr=self._log,
-                env=dict(self._config["env"]),
+                env={**self._config["env"], "PYTHONHASHSEED": str(self._config["hash_seed"])},
                 pass_fds=(theirs.fileno(),),
                 start_new_session=True,
                 cwd="/",

@@ -110,6 +110,15 @@ def _decide_function(
     return Verdict("error", str(origin or "judge"), str(report.get("msg", "")))
 
 
+def _error_line(stderr: str) -> str:
+    """The line of a traceback that names the error (Python or Node.js)."""
+    lines = [line.strip() for line in stderr.splitlines() if line.strip()]
+    for line in reversed(lines):
+        if not line.startswith(("Node.js v", "at ")):
+            return line
+    return ""
+
+
 def _decide_program(
     request: ExecutionRequest, sample: dict[str, Any], oom: bool, cpu_limit: float
 ) -> Verdict:
@@ -119,7 +128,7 @@ def _decide_program(
     code = sample.get("exit_code")
     stderr = str(sample.get("stderr", ""))
     if code != 0:
-        last = stderr.strip().splitlines()[-1] if stderr.strip() else ""
+        last = _error_line(stderr)
         if last.startswith("MemoryError"):
             return Verdict("error", "memory limit", "MemoryError")
         return Verdict("failed", f"exit code {code}", last[:500])

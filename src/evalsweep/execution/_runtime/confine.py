@@ -32,6 +32,9 @@ class Confinement:
     no_new_privs: bool = True
     oom_score_adj: int | None = 1000
     cwd: str = "/"
+    # The zygote is not dumpable (nothing may read its memory); a sample may
+    # read its own /proc/self like any program, so it becomes dumpable again.
+    dumpable: bool = True
 
 
 def arrange_fds(layout: dict[int, int]) -> None:
@@ -55,6 +58,8 @@ def apply(plan: Confinement) -> None:
         with contextlib.suppress(OSError):  # without /proc the cgroup limit still applies
             linux.write_file("/proc/self/oom_score_adj", str(plan.oom_score_adj))
     os.chdir(plan.cwd)
+    if plan.dumpable:
+        linux.prctl(linux.PR_SET_DUMPABLE, 1)
     for which, soft, hard in plan.rlimits:
         resource.setrlimit(which, (soft, hard))
     if plan.switch_to is not None:

@@ -127,11 +127,24 @@ def serve_functions(source: str, rpc_fd: int, max_frame: int) -> NoReturn:
     try:
         exec(compile(source, "<string>", "exec", dont_inherit=True), namespace)
     except BaseException as error:
+        _flush_output()
         wire.write_frame(rpc_fd, wire.dump_json({"t": "load_error", **describe(error)}))
         os._exit(0)
     wire.write_frame(rpc_fd, wire.dump_json({"t": "ready"}))
     _Server(namespace, rpc_fd, max_frame).serve()
+    _flush_output()
     os._exit(0)
+
+
+def _flush_output() -> bool:
+    """Flush what the program printed (it may have replaced or closed the streams)."""
+    ok = True
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except BaseException:
+            ok = False
+    return ok
 
 
 def run_script(source: str) -> NoReturn:
@@ -146,11 +159,8 @@ def run_script(source: str) -> NoReturn:
     except BaseException:
         traceback.print_exc()
         code = 1
-    for stream in (sys.stdout, sys.stderr):
-        try:
-            stream.flush()
-        except BaseException:
-            code = code or 120
+    if not _flush_output():
+        code = code or 120
     os._exit(code)
 
 

@@ -132,6 +132,10 @@ class Zygote:
         if config["unsafe"]:
             self._start_in_place("unsafe mode: no isolation requested")
             return
+        if "namespaces" in config.get("disable", ()):
+            self.note("user namespace", False, "disabled by the caller")
+            self._start_in_place("disabled by the caller")
+            return
         uid, gid = config["uid"], config["gid"]
         userns_error = jail.probe_user_namespace(uid, gid, self.privileged)
         self.userns = userns_error is None
@@ -433,6 +437,7 @@ class Zygote:
             return
         plan = self._plan(self.config["judge_limits"], "/")
         plan.oom_score_adj = None
+        plan.dumpable = False
         plan.rlimits = [limit for limit in plan.rlimits if limit[0] != resource.RLIMIT_CPU]
         confine.apply(plan)
         signal.signal(signal.SIGINT, signal.SIG_DFL)

@@ -1,0 +1,1 @@
+"""Hostile samples run through the real sandbox (see ``cases.py``)."""
