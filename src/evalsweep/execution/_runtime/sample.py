@@ -156,8 +156,11 @@ def run_script(source: str) -> NoReturn:
         exec(compile(source, "main.py", "exec", dont_inherit=True), namespace)
     except SystemExit as error:
         code = _exit_code(error)
-    except BaseException:
-        traceback.print_exc()
+    except BaseException as error:
+        # The traceback starts at the program: this function's frame is ours.
+        traceback.print_exception(
+            type(error), error, error.__traceback__.tb_next if error.__traceback__ else None
+        )
         code = 1
     if not _flush_output():
         code = code or 120

@@ -1,0 +1,67 @@
+"""Fault tolerance: broken workers are replaced and cost only their own sample."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+
+from evalsweep.execution import ExecutionRequest, ExecutionService, FunctionTest, Limits
+from evalsweep.execution._service import make_slices
+from evalsweep.execution._types import MAX_TRANSFER_BYTES
+
+ADD = "def add(a, b):\n    return a + b\n"
+ADD_TEST = FunctionTest("def check(candidate):\n    assert candidate(2, 3) == 5\n", "add")
+
+
+def test_a_worker_whose_zygote_dies_is_replaced_and_only_its_sample_is_lost() -> None:
+    with ExecutionService(workers=1, limits=Limits(timeout=5.0)) as service:
+        worker = service._pool[0]
+        victim = ExecutionRequest("import time\ntime.sleep(3)\n" + ADD, test=ADD_TEST, key="victim")
+        others = [ExecutionRequest(ADD, test=ADD_TEST, key=f"after-{i}") for i in range(4)]
+
+        def kill_the_zygote() -> None:
+            time.sleep(1.0)
+            assert worker.sample_box is not None
+            os.kill(worker.sample_box._zygote_pid, signal.SIGKILL)  # type: ignore[arg-type]
+
+        killer = threading.Thread(target=kill_the_zygote)
+        killer.start()
+        results = service.run_many([victim, *others], slice_items=5)
+        killer.join()
+        assert (results[0].verdict.status, results[0].verdict.reason) == ("error", "worker lost")
+        assert [result.verdict.status for result in results[1:]] == ["passed"] * 4
+        assert worker.restarts == 1
+        assert service.run(ExecutionRequest(ADD, test=ADD_TEST)).verdict.passed
+
+
+def test_in_unsafe_mode_a_sample_that_kills_its_worker_costs_only_itself() -> None:
+    with ExecutionService(workers=1, unsafe_no_sandbox=True) as service:
+        killer = ExecutionRequest(
+            "import os, signal\nos.kill(os.getppid(), signal.SIGKILL)\n", key="killer"
+        )
+        requests = [killer] + [
+            ExecutionRequest("print(1)", expected_stdout="1\n") for _ in range(3)
+        ]
+        results = service.run_many(requests, slice_items=4)
+        assert results[0].verdict.reason == "worker lost"
+        assert all(result.verdict.passed for result in results[1:])
+        assert service._pool[0].restarts == 1
+
+
+def test_a_sample_larger_than_one_transfer_is_refused_without_running() -> None:
+    with ExecutionService(workers=1) as service:
+        huge = "x = 1\n" + "#" * MAX_TRANSFER_BYTES
+        result = service.run(ExecutionRequest(huge))
+        assert (result.verdict.status, result.verdict.reason) == ("error", "too large")
+        assert service._pool[0].restarts == 0
+
+
+def test_slices_keep_order_and_stay_under_the_transfer_limit() -> None:
+    requests = [(i, ExecutionRequest("#" * (1 << 20), key=str(i))) for i in range(12)]
+    slices = make_slices(requests, max_items=32)
+    assert [index for piece in slices for index, _ in piece] == list(range(12))
+    for piece in slices:
+        assert sum(len(request.program) for _, request in piece) <= MAX_TRANSFER_BYTES
+    assert len(make_slices(requests, max_items=5)) == 3

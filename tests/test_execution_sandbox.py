@@ -1,0 +1,157 @@
+"""Which isolation layers hold, how the service reports them, and how it degrades."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from evalsweep.execution import ExecutionRequest, ExecutionService, Limits, SandboxReport
+
+EXPECTED_LAYERS = {
+    "user namespace",
+    "pid namespace",
+    "network namespace",
+    "mount namespace",
+    "ipc namespace",
+    "uts namespace",
+    "read-only root",
+    "unprivileged identity",
+    "scratch tmpfs",
+    "process-tree kill",
+    "seccomp",
+    "cgroup memory",
+    "cgroup pids",
+    "resource limits",
+    "clean environment",
+    "output cap",
+    "verdict outside the sample",
+}
+
+INSIDE = """
+import json, os, socket
+lines = open("/proc/self/status").read().splitlines()
+status = dict(line.split(":\\t", 1) for line in lines if ":\\t" in line)
+facts = {
+    "uid_map": open("/proc/self/uid_map").read().split(),
+    "pids": sorted(int(p) for p in os.listdir("/proc") if p.isdigit()) == [1, os.getpid()],
+    "hostname": socket.gethostname(),
+    "seccomp": status["Seccomp"].strip(),
+    "no_new_privs": status["NoNewPrivs"].strip(),
+    "cap_eff": status["CapEff"].strip(),
+    "root": sorted(os.listdir("/")),
+    "env": sorted(os.environ),
+    "cwd": os.getcwd(),
+    "mounts": [line.split()[1] for line in open("/proc/self/mounts")],
+}
+print(json.dumps(facts))
+"""
+
+
+@pytest.fixture(scope="module")
+def service() -> Iterator[ExecutionService]:
+    with ExecutionService(workers=1) as running:
+        yield running
+
+
+def test_every_layer_is_active_on_a_root_linux_machine(service: ExecutionService) -> None:
+    report = service.report
+    assert os.geteuid() == 0, "the sandbox tests run as root, as in CI"
+    missing = {layer.name: layer.detail for layer in report.layers if not layer.active}
+    assert missing == {}
+    assert {layer.name for layer in report.layers} >= EXPECTED_LAYERS
+    assert report.summary().startswith(f"{len(report.layers)} isolation layers active")
+
+
+def test_a_sample_sees_the_sandbox_from_inside(service: ExecutionService) -> None:
+    import json
+
+    result = service.run(ExecutionRequest(INSIDE))
+    facts = json.loads(result.stdout)
+    inside_uid, outside_uid, count = facts["uid_map"]
+    assert (inside_uid, count) == ("0", "1") and int(
+        outside_uid
+    ) != 0  # root inside is nobody outside
+    assert facts["pids"]  # its own pid namespace: only the zygote and itself
+    assert facts["hostname"] == "sandbox"
+    assert facts["seccomp"] == "2" and facts["no_new_privs"] == "1"
+    assert int(facts["cap_eff"], 16) == 0
+    assert facts["root"] == [
+        "bin",
+        "dev",
+        "etc",
+        "lib",
+        "lib64",
+        "proc",
+        "root",
+        "sbin",
+        "tmp",
+        "usr",
+    ]
+    assert "/tmp" in facts["mounts"] and facts["cwd"] == "/tmp"
+    assert "EVALSWEEP_SECRET_FOR_TEST" not in facts["env"]
+
+
+def test_the_callers_environment_never_reaches_a_sample(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("EVALSWEEP_SECRET_FOR_TEST", "hunter2")
+    with ExecutionService(workers=1) as fresh:
+        result = fresh.run(ExecutionRequest("import os\nprint(sorted(os.environ.items()))"))
+    assert "hunter2" not in result.stdout and "EVALSWEEP_SECRET_FOR_TEST" not in result.stdout
+
+
+def _sandbox_processes(uid_base: int, count: int) -> set[int]:
+    pids = set()
+    for entry in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{entry}/status") as handle:
+                uid = next(line for line in handle if line.startswith("Uid:")).split()[1]
+        except (OSError, StopIteration):
+            continue
+        if uid_base <= int(uid) < uid_base + count:
+            pids.add(int(entry))
+    return pids
+
+
+def test_without_namespaces_seccomp_and_cgroups_the_service_degrades_and_says_so() -> None:
+    disabled = ("namespaces", "seccomp", "cgroups")
+    with ExecutionService(
+        workers=1, limits=Limits(timeout=1.0), disable_layers=disabled
+    ) as degraded:
+        report: SandboxReport = degraded.report
+        for name in (
+            "pid namespace",
+            "network namespace",
+            "read-only root",
+            "seccomp",
+            "cgroup memory",
+        ):
+            assert name in report.missing
+        for name in ("unprivileged identity", "resource limits", "clean environment", "output cap"):
+            assert name in report.active
+        # A detached grandchild is still found and killed, output still capped.
+        daemon = "import os, time\nif os.fork() == 0:\n    os.setsid()\n    time.sleep(100)\n"
+        assert degraded.run(ExecutionRequest(daemon)).verdict.status == "passed"
+        flood = "import os\nwhile True:\n    os.write(1, b'x' * 65536)\n"
+        assert degraded.run(ExecutionRequest(flood)).verdict.reason == "output limit"
+        secret = degraded.run(ExecutionRequest("print(open('/root/.bashrc').read())"))
+        assert secret.verdict.status == "failed" and "PermissionError" in secret.verdict.detail
+        worker = degraded._pool[0]
+        zygotes = {
+            box._zygote_pid for box in (worker.sample_box, worker.judge_box) if box is not None
+        }
+        time.sleep(0.1)
+        assert _sandbox_processes(worker.settings.uid_base, 2) - zygotes == set()
+
+
+def test_the_unsafe_mode_must_be_asked_for_and_is_reported() -> None:
+    with ExecutionService(workers=1, unsafe_no_sandbox=True) as unsafe:
+        assert unsafe.report.unsafe
+        assert unsafe.report.summary() == "UNSAFE: samples run without a sandbox"
+        assert unsafe.run(ExecutionRequest("print(2)", expected_stdout="2\n")).verdict.passed
+
+
+def test_unknown_layers_cannot_be_disabled() -> None:
+    with pytest.raises(ValueError, match="unknown layers"):
+        ExecutionService(disable_layers=("firewall",))

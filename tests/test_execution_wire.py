@@ -1,0 +1,140 @@
+"""The plain-data format that crosses the sandbox boundary (no sandbox needed)."""
+
+from __future__ import annotations
+
+import collections
+import math
+import os
+from typing import Any
+
+import pytest
+
+from evalsweep.execution._runtime import wire
+
+
+def _no_refs(obj: Any) -> Any:
+    raise AssertionError(f"unexpected reference to {obj!r}")
+
+
+def _roundtrip(value: Any) -> Any:
+    tree = wire.encode(value, _no_refs)
+    return wire.decode(wire.load_json(wire.dump_json(tree)), lambda rid, name: None)
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        None,
+        True,
+        0,
+        -(2**200),
+        1.5,
+        1e300,
+        "text with \udcff a lone surrogate",
+        b"\x00\xff",
+        bytearray(b"ab"),
+        3 + 4j,
+        [1, (2, 3), {4: [5.0]}],
+        (),
+        {"a": {1, 2}, (1, 2): frozenset({"x"})},
+    ],
+)
+def test_plain_values_come_back_with_their_exact_types(value: Any) -> None:
+    back = _roundtrip(value)
+    assert back == value
+    assert repr(back) == repr(value)
+
+
+def test_nan_and_infinities_survive() -> None:
+    back = _roundtrip([math.nan, math.inf, -math.inf])
+    assert math.isnan(back[0]) and back[1] == math.inf and back[2] == -math.inf
+
+
+def test_an_int_subclass_that_claims_to_equal_everything_arrives_as_its_value() -> None:
+    class Lie(int):
+        def __eq__(self, other: object) -> bool:
+            return True
+
+        __hash__ = int.__hash__
+
+    back = _roundtrip(Lie(3))
+    assert type(back) is int and back == 3 and back != 4
+
+
+def test_container_subclasses_are_read_through_the_base_type() -> None:
+    class Sneaky(list):  # type: ignore[type-arg]
+        def __iter__(self) -> Any:
+            return iter(["forged"])
+
+    class Texty(str):
+        def __str__(self) -> str:
+            return "forged"
+
+    counter = collections.Counter("aab")
+    back = _roundtrip([Sneaky([1, 2]), Texty("real"), counter, collections.OrderedDict(a=1)])
+    assert back == [[1, 2], "real", {"a": 2, "b": 1}, {"a": 1}]
+    assert [type(item) for item in back] == [list, str, dict, dict]
+
+
+def test_objects_that_are_not_plain_data_travel_as_references() -> None:
+    kept: list[Any] = []
+
+    def make_ref(obj: Any) -> list[Any]:
+        kept.append(obj)
+        return ["r", len(kept), type(obj).__name__]
+
+    tree = wire.encode({"f": len, "g": (x for x in ())}, make_ref)
+    assert tree == ["d", "f", ["r", 1, "builtin_function_or_method"], "g", ["r", 2, "generator"]]
+    assert wire.decode(tree, lambda rid, name: (rid, name)) == {
+        "f": (1, "builtin_function_or_method"),
+        "g": (2, "generator"),
+    }
+
+
+def test_values_nested_too_deeply_are_refused() -> None:
+    value: list[Any] = []
+    for _ in range(wire.MAX_DEPTH + 5):
+        value = [value]
+    with pytest.raises(ValueError):
+        wire.encode(value, _no_refs)
+
+
+@pytest.mark.parametrize(
+    "tree",
+    [
+        {"a": 1},
+        ["?"],
+        [],
+        ["d", 1],
+        ["b", "not base64!"],
+        ["s", ["l"]],
+        ["c", "x", 1],
+        ["i", 5],
+    ],
+)
+def test_malformed_values_from_the_peer_are_protocol_errors(tree: Any) -> None:
+    with pytest.raises(wire.ProtocolError):
+        wire.decode(tree, lambda rid, name: None)
+
+
+def test_a_set_display_keeps_its_iteration_order_across_the_boundary() -> None:
+    # CPython iterates this literal as 16, 12, 13, 14, 15; a program returning
+    # tuple(s) must see the same order as in one process (MBPP/341).
+    original = {12, 13, 14, 15, 16}
+    assert list(_roundtrip(original)) == list(original)
+
+
+def test_oversized_frames_are_refused_and_closed_channels_reported() -> None:
+    read_end, write_end = os.pipe()
+    try:
+        wire.write_frame(write_end, b"x" * 100)
+        with pytest.raises(wire.ProtocolError, match="exceeds"):
+            wire.read_frame(read_end, 10)
+    finally:
+        os.close(read_end)
+        os.close(write_end)
+    read_end, write_end = os.pipe()
+    os.close(write_end)
+    with pytest.raises(wire.PeerClosed):
+        wire.read_frame(read_end, 10)
+    os.close(read_end)
