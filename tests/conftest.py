@@ -104,6 +104,33 @@ def llama_checkpoint(checkpoint_root: Path, tokenizer) -> Path:  # type: ignore[
     return _build(checkpoint_root, "llama", tokenizer, architecture="llama", seed=3)
 
 
+@pytest.fixture(scope="session")
+def gpt_neo_checkpoint(checkpoint_root: Path, tokenizer) -> Path:  # type: ignore[no-untyped-def]
+    """Tiny GPT-Neo: a real architecture whose forward has no ``logits_to_keep``."""
+    import torch
+    from transformers import GPTNeoConfig, GPTNeoForCausalLM
+
+    from evalsweep.demo._build import EOS
+
+    torch.manual_seed(4)
+    eos_id = tokenizer.convert_tokens_to_ids(EOS)
+    config = GPTNeoConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=32,
+        num_layers=2,
+        num_heads=2,
+        attention_types=[[["global", "local"], 1]],
+        window_size=256,
+        max_position_embeddings=2048,
+        bos_token_id=eos_id,
+        eos_token_id=eos_id,
+    )
+    out = checkpoint_root / "gpt-neo"
+    GPTNeoForCausalLM(config).eval().save_pretrained(out, safe_serialization=True)
+    tokenizer.save_pretrained(out)
+    return out
+
+
 @pytest.fixture
 def store_path(tmp_path: Path) -> Path:
     """A fresh SQLite results file for one test (not created until a Store opens it)."""

@@ -254,6 +254,7 @@ BAD_INPUTS = {
     "corrupt_safetensors": (["./corrupt"], [], "'./corrupt': cannot load the model"),
     "unknown_baseline": ([A, B], ["--baseline", "./c"], "--baseline './c'"),
     "limit_zero": ([A], ["--limit", "0"], "--limit must be at least 1"),
+    "gsm8k_more_shots_than_train": ([A], ["--tasks", "gsm8k", "--num-fewshot", "8000"], "8000"),
     "hub_offline": (["EleutherAI/pythia-70m@step1000"], [], "cannot reach the Hub"),
 }
 

@@ -119,6 +119,14 @@ def mmlu_requests(data_dir: Path) -> list[LoglikelihoodRequest]:
     return [r for p in prepared for r in p.requests if isinstance(r, LoglikelihoodRequest)]
 
 
+@pytest.fixture(scope="module")
+def one_subject_requests(data_dir: Path) -> list[LoglikelihoodRequest]:
+    """Real 5-shot MMLU requests for three questions of one subject."""
+    task = MMLU(subjects=["abstract_algebra"])
+    prepared = task.prepare(task.load(DataSource(str(data_dir)), 3), 5)
+    return [r for p in prepared for r in p.requests if isinstance(r, LoglikelihoodRequest)]
+
+
 MULTI_TOKEN = [
     LoglikelihoodRequest("Question: What is 2 + 2?\nAnswer:", " The answer is 4.\n#### 4"),
     LoglikelihoodRequest("Question: What is 2 + 2?\nAnswer:", " four"),
@@ -145,6 +153,18 @@ def test_mmlu_loglikelihoods_equal_unbatched_reference(
     results = backend_for(checkpoint).loglikelihood(mmlu_requests)
     assert_matches_reference(results, mmlu_requests, reference_for(checkpoint))
     assert len({round(r.logprob, 6) for r in results}) > 1
+
+
+@pytest.mark.parametrize("name", [*ARCHITECTURES, "gpt_neo_checkpoint"])
+def test_few_shot_questions_sharing_a_prefix_equal_unbatched_reference(
+    name: str, request: pytest.FixtureRequest, one_subject_requests: list[LoglikelihoodRequest]
+) -> None:
+    # One subject's 5-shot questions share a long prefix (description and shots),
+    # which the backend may compute once. GPT-Neo is included because its forward
+    # takes **kwargs and silently ignores ``logits_to_keep``.
+    path = request.getfixturevalue(name)
+    results = backend_for(path).loglikelihood(one_subject_requests)
+    assert_matches_reference(results, one_subject_requests, reference_for(path))
 
 
 def test_multi_token_loglikelihoods_equal_unbatched_reference(checkpoint: Path) -> None:
@@ -196,6 +216,20 @@ def test_loglikelihoods_do_not_depend_on_batch_size(
     assert [r.is_greedy for r in one] == [r.is_greedy for r in auto]
 
 
+def test_prefix_reuse_does_not_change_loglikelihoods(
+    checkpoint: Path, one_subject_requests: list[LoglikelihoodRequest]
+) -> None:
+    options = BackendOptions(device="cpu", dtype="float32", prefix_reuse=False)
+    plain = load_backend("hf", resolve_checkpoint(str(checkpoint)), options)
+    try:
+        without = plain.loglikelihood(one_subject_requests)
+    finally:
+        plain.close()
+    reused = backend_for(checkpoint).loglikelihood(one_subject_requests)
+    assert [r.logprob for r in reused] == pytest.approx([r.logprob for r in without], abs=TOLERANCE)
+    assert [r.is_greedy for r in reused] == [r.is_greedy for r in without]
+
+
 def test_loglikelihood_results_keep_request_order(checkpoint: Path) -> None:
     backend = backend_for(checkpoint)
     forward = backend.loglikelihood(MULTI_TOKEN)
@@ -227,18 +261,16 @@ def test_batched_greedy_generation_equals_single_prompt_generate(checkpoint: Pat
 def test_generation_stops_at_first_stop_string(checkpoint: Path) -> None:
     reference = reference_for(checkpoint)
     full = [reference.generate(c, GEN_TOKENS) for c in GENERATION_CONTEXTS]
-    # A stop string taken from the middle of each prompt's own greedy continuation.
-    stops = [text[len(text) // 2 : len(text) // 2 + 2] for text in full]
-    assert all(len(s) == 2 for s in stops), full
-    requests = [
-        GenerationRequest(c, (stop, "Question:"), GEN_TOKENS)
-        for c, stop in zip(GENERATION_CONTEXTS, stops, strict=True)
-    ]
+    # One stop string for the whole batch, taken from a third of the way into the
+    # first prompt's own greedy continuation: that row stops early, others may not.
+    stop = full[0][len(full[0]) // 3 :][:2]
+    assert len(stop) == 2, full
+    until = (stop, "Question:")
+    requests = [GenerationRequest(c, until, GEN_TOKENS) for c in GENERATION_CONTEXTS]
     texts = backend_for(checkpoint).generate_until(requests)
-    for text, whole, stop in zip(texts, full, stops, strict=True):
-        assert stop not in text
-        assert text == cut(whole, [stop, "Question:"])
-        assert len(text) < len(whole)
+    assert texts == [cut(whole, list(until)) for whole in full]
+    assert all(stop not in text for text in texts)
+    assert len(texts[0]) < len(full[0])
 
 
 def test_generation_groups_different_stop_strings_and_keeps_order(checkpoint: Path) -> None:

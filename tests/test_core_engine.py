@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import csv
 import json
 import shutil
 from collections.abc import Callable
@@ -51,6 +52,7 @@ def spec_for(
     limit: int,
     gsm8k: bool = True,
     subjects: list[str] = SUBJECTS,
+    num_fewshot: int | None = None,
 ) -> SweepSpec:
     tasks: list[Any] = [MMLU(subjects=subjects)] + (["gsm8k"] if gsm8k else [])
     return SweepSpec(
@@ -58,6 +60,7 @@ def spec_for(
         tasks=tasks,
         data_dir=str(data_dir),
         limit=limit,
+        num_fewshot=num_fewshot,
         options=OPTIONS,
     )
 
@@ -247,3 +250,37 @@ def test_unresolvable_second_checkpoint_fails_before_any_row_is_written(
         with pytest.raises(CheckpointError, match="missing"):
             run_sweep(spec, store)
         assert list(store.records()) == []
+
+
+def test_corrected_gold_answer_is_not_served_from_a_stale_score(
+    gpt2_a: Path, data_dir: Path, tmp_path: Path, store_path: Path
+) -> None:
+    # 0-shot MMLU: a question's own answer is not part of its prompt, so fixing a
+    # wrong label in the data leaves the requests (and the model's answers) as they were.
+    local = tmp_path / "data"
+    for split in ("test", "dev"):
+        (local / "mmlu" / split).mkdir(parents=True)
+        name = f"anatomy_{split}.csv"
+        shutil.copyfile(data_dir / "mmlu" / split / name, local / "mmlu" / split / name)
+    spec = spec_for([gpt2_a], local, limit=2, gsm8k=False, subjects=["anatomy"], num_fewshot=0)
+    with Store(store_path) as store:
+        before = run_sweep(spec, store).results[0]
+    test_file = local / "mmlu" / "test" / "anatomy_test.csv"
+    with test_file.open(newline="", encoding="utf-8") as handle:
+        rows = list(csv.reader(handle))
+    old_gold = rows[0][5]
+    new_gold = (
+        before.scored[0].prediction
+        if before.scored[0].prediction != old_gold
+        else "ABCD"[("ABCD".index(old_gold) + 1) % 4]
+    )
+    rows[0][5] = new_gold
+    with test_file.open("w", newline="", encoding="utf-8") as handle:
+        csv.writer(handle).writerows(rows)
+
+    with Store(store_path) as store:
+        after = run_sweep(spec, store).results[0]
+    first = after.scored[0]
+    assert first.target == new_gold
+    assert first.correct is (first.prediction == new_gold)
+    assert first.metrics["acc"] == float(first.prediction == new_gold)

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from evalsweep.errors import DataError
+from evalsweep.errors import DataError, EvalsweepError
 from evalsweep.requests import GenerationRequest, LoglikelihoodRequest, LoglikelihoodResult
 from evalsweep.tasks import DataSource, Document, ScoredDocument, get_task
 from evalsweep.tasks.gsm8k import GSM8K
@@ -342,3 +342,12 @@ def test_missing_data_file_names_the_path(bad_data: Path) -> None:
     with pytest.raises(DataError, match="not found") as caught:
         MMLU(subjects=["anatomy"]).load(DataSource(str(bad_data)), None)
     assert str(bad_data / "mmlu" / "test" / "anatomy_test.csv") in str(caught.value)
+
+
+def test_gsm8k_more_shots_than_train_rows_is_a_user_error(bad_data: Path) -> None:
+    path = bad_data / "gsm8k" / "test.jsonl"
+    path.write_text(json.dumps({"question": "q", "answer": "#### 1"}) + "\n", encoding="utf-8")
+    task = GSM8K()
+    data = task.load(DataSource(str(bad_data)), None)  # 6 train rows
+    with pytest.raises(EvalsweepError, match="7"):
+        task.prepare(data, 7)
