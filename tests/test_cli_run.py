@@ -356,3 +356,18 @@ def test_fail_on_regression_exits_3_when_candidate_is_significantly_worse(
     (comparison,) = [c for c in document["comparisons"] if c["subject"] is None]
     assert comparison["verdict"] == "regression"
     assert ran.returncode == 3, ran.stderr
+
+
+def test_bad_input_without_json_also_fails_with_one_line(
+    workspace: Path, data_dir: Path, cli_env: dict[str, str], tmp_path: Path
+) -> None:
+    ran = evalsweep(
+        ["run", A, "--tasks", "mmlu_abstract_algebra,nope", "--data-dir", str(data_dir)]
+        + ["--store", str(tmp_path / "results.sqlite")],
+        workspace,
+        cli_env,
+    )
+    assert ran.returncode == 2, ran.stderr
+    assert "Traceback" not in ran.stderr
+    assert len(ran.stderr_lines) == 1, ran.stderr
+    assert ran.stderr_lines[0].startswith("evalsweep: error: unknown task 'nope'")
