@@ -16,6 +16,7 @@ import csv
 import json
 import math
 import os
+import platform
 import resource
 import subprocess
 import sys
@@ -439,3 +440,41 @@ def warm_datasets_cache(task_dir: Path) -> None:
         cfg = yaml.safe_load(path.read_text(encoding="utf-8"))
         if cfg.get("dataset_path") == "json":
             datasets.load_dataset("json", **cfg["dataset_kwargs"])
+
+
+def machine_and_versions() -> dict[str, str]:
+    """What a reader needs to reproduce or discount the figures."""
+    import lm_eval
+    import torch
+    import transformers
+
+    cpu = platform.processor()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    mem_gib = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+    commit = subprocess.run(
+        ["git", "-C", str(REPO_ROOT), "rev-parse", "--short", "HEAD"],
+        capture_output=True, text=True, check=False,
+    ).stdout.strip()  # fmt: skip
+    return {
+        "machine": f"{cpu}, {os.cpu_count()} CPU cores, {mem_gib:.0f} GiB RAM, no GPU",
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "torch threads": str(torch.get_num_threads()),
+        "transformers": transformers.__version__,
+        "lm-eval": lm_eval.__version__,
+        "evalsweep commit": commit or "unknown",
+    }
+
+
+def append_results_md(section: str) -> Path:
+    """Append a section to benchmarks/RESULTS.md (never rewrite: other benchmarks share it)."""
+    path = Path(__file__).resolve().parent / "RESULTS.md"
+    with path.open("a", encoding="utf-8") as handle:
+        handle.write(section)
+    return path

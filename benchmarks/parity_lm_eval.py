@@ -19,7 +19,9 @@ Example (defaults take ~10 minutes on 2 CPU cores)::
 from __future__ import annotations
 
 import argparse
+import datetime as dt
 import math
+import shlex
 import sys
 import tempfile
 from collections.abc import Mapping, Sequence
@@ -32,9 +34,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _lm_eval_tasks import (  # noqa: E402
     DEFAULT_DATA_DIR,
     PREFIX,
+    append_results_md,
     build_local_checkpoint,
     evalsweep_command,
     lm_eval_command,
+    machine_and_versions,
     read_evalsweep_output,
     read_lm_eval_output,
     run_measured,
@@ -321,6 +325,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--data-dir", type=Path, default=DEFAULT_DATA_DIR)
     parser.add_argument("--work-dir", type=Path, default=None, help="default: a temp dir")
     parser.add_argument("--show", type=int, default=10, help="disagreements to print per task")
+    parser.add_argument(
+        "--results-md", action="store_true", help="append the summary to benchmarks/RESULTS.md"
+    )
     return parser.parse_args(argv)
 
 
@@ -382,43 +389,47 @@ def main(argv: Sequence[str] | None = None) -> int:
         es_aggregates.update(aggregates)
 
     failed = False
+    summary: list[str] = []
+
+    def say(line: str = "") -> None:
+        print(line)
+        summary.append(line)
+
     try:
         checks = compare_requests(lm_samples, tasks, data_dir, limits, args.num_fewshot)
     except (ImportError, AttributeError, TypeError, KeyError) as exc:
-        print(f"\nrequest check unavailable (evalsweep's task API changed?): {exc!r}")
+        say(f"request check unavailable (evalsweep's task API changed?): {exc!r}")
         checks = {}
     print()
     for name, (same, compared, diffs) in checks.items():
-        print(
-            f"{name.upper():<5} requests (prompt, continuation/stops) identical: {same}/{compared}"
-        )
+        say(f"{name.upper():<5} requests (prompt, continuation/stops) identical: {same}/{compared}")
         for line in diffs[: args.show]:
-            print("  ", line)
+            say(f"   {line}")
     if "mmlu" in tasks:
         mmlu = compare_mmlu(lm_samples, es_rows)
-        print(
+        say(
             f"MMLU  predicted letter identical: {mmlu.agree}/{mmlu.compared} = "
             f"{100 * mmlu.rate:.2f}%  (excluded exact ties: {mmlu.ties}; acc differs on "
             f"{mmlu.acc_differs}; max |d loglik| = {mmlu.max_abs_ll_diff:.2e}; "
             f"missing: {len(mmlu.missing)})"
         )
         for line in (mmlu.missing + mmlu.disagreements)[: args.show]:
-            print("  ", line)
+            say(f"   {line}")
         failed |= not mmlu.rate >= MMLU_THRESHOLD or bool(mmlu.missing)
     if "gsm8k" in tasks:
         gsm = compare_gsm8k(lm_samples, es_rows)
-        print(
+        say(
             f"GSM8K response text identical: {gsm.same_response}/{gsm.compared} = "
             f"{100 * gsm.rate:.2f}%  (missing: {len(gsm.missing)})"
         )
         for name in GSM8K_FILTERS:
-            print(
+            say(
                 f"GSM8K {name:<16} extracted answer identical {gsm.same_filtered[name]}/"
                 f"{gsm.compared}, exact_match identical {gsm.same_score[name]}/{gsm.compared}"
             )
-        print(f"GSM8K what the check can see: {gsm8k_diversity(es_rows)}")
+        say(f"GSM8K what the check can see: {gsm8k_diversity(es_rows)}")
         for line in (gsm.missing + gsm.disagreements)[: args.show]:
-            print("  ", line)
+            say(f"   {line}")
         failed |= not gsm.rate >= GSM8K_THRESHOLD or not gsm.scores_equal or bool(gsm.missing)
 
     lm_agg = lm_eval_aggregates(lm_results)
@@ -428,11 +439,48 @@ def main(argv: Sequence[str] | None = None) -> int:
         and not math.isclose(lm_agg[k][0], es_aggregates[k][0], abs_tol=1e-9)
     ]  # fmt: skip
     failed |= bool(gsm_differ)
-    print(f"\naggregates differing: {len(differ)}")
+    print()
+    say(
+        f"aggregates (per subject, category, mmlu, gsm8k) differing: {len(differ)} of {len(lm_agg)}"
+    )
     for line in differ:
-        print("  ", line)
-    print("PARITY FAILED" if failed else "PARITY OK")
+        say(f"   {line}")
+    say("PARITY FAILED" if failed else "PARITY OK")
+    if args.results_md:
+        append_results_md(results_section(args, summary))
+        print("appended to benchmarks/RESULTS.md")
     return 1 if failed else 0
+
+
+def results_section(args: argparse.Namespace, summary: Sequence[str]) -> str:
+    """A dated RESULTS.md section: setup, machine, versions and the printed verdicts."""
+    info = machine_and_versions()
+    when = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
+    command = shlex.join(["python", "benchmarks/parity_lm_eval.py", *sys.argv[1:]])
+    setup = (
+        f"Model: {args.arch}, {args.n_layer} layers, width {args.width}, {args.n_head} heads, "
+        f"random weights (seed {args.seed}), float32, CPU. {args.num_fewshot}-shot; MMLU first "
+        f"{args.mmlu_limit} rows of each subject, GSM8K first {args.gsm8k_limit} problems; "
+        f"lm-eval batch size {args.lm_eval_batch_size}, evalsweep batch size "
+        f"{args.evalsweep_batch_size or 'default'}."
+    )
+    return "\n".join(
+        [
+            "",
+            f"## evalsweep vs lm-eval: per-question parity ({args.arch}), {when}",
+            "",
+            "; ".join(f"{k}: {v}" for k, v in info.items()),
+            "",
+            setup,
+            "",
+            "```",
+            *summary,
+            "```",
+            "",
+            f"Command: `{command}`",
+            "",
+        ]
+    )
 
 
 if __name__ == "__main__":

@@ -25,9 +25,7 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import os
-import platform
 import shlex
-import subprocess
 import sys
 import tempfile
 import time
@@ -41,19 +39,19 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _lm_eval_tasks import (  # noqa: E402
     DEFAULT_DATA_DIR,
     PREFIX,
-    REPO_ROOT,
     LmEvalSamples,
     Measured,
+    append_results_md,
     build_local_checkpoint,
     evalsweep_command,
     lm_eval_command,
+    machine_and_versions,
     read_lm_eval_output,
     run_measured,
     warm_datasets_cache,
     write_task_dir,
 )
 
-RESULTS_MD = Path(__file__).resolve().parent / "RESULTS.md"
 TARGETS = {"mmlu": 0.33, "gsm8k": 0.5}
 FLOOR_TARGET = 1.3
 
@@ -142,36 +140,6 @@ def physical_floor(checkpoint: Path, samples: LmEvalSamples, batch_sizes: Sequen
     return Floor(seconds, best, len(sequences), tokens, calibration, load_before, cpu)
 
 
-def machine_and_versions() -> dict[str, str]:
-    """What a reader needs to reproduce or discount the figures."""
-    import lm_eval
-    import torch
-    import transformers
-
-    cpu = platform.processor()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    mem_gib = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
-    commit = subprocess.run(
-        ["git", "-C", str(REPO_ROOT), "rev-parse", "--short", "HEAD"],
-        capture_output=True, text=True, check=False,
-    ).stdout.strip()  # fmt: skip
-    return {
-        "machine": f"{cpu}, {os.cpu_count()} CPU cores, {mem_gib:.0f} GiB RAM, no GPU",
-        "python": platform.python_version(),
-        "torch": torch.__version__,
-        "torch threads": str(torch.get_num_threads()),
-        "transformers": transformers.__version__,
-        "lm-eval": lm_eval.__version__,
-        "evalsweep commit": commit or "unknown",
-    }
-
-
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--mmlu-limit", type=int, default=18, help="rows per subject")
@@ -241,7 +209,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     print("\n" + table)
     if not args.no_results_md:
         append_results(table, args, limits)
-        print(f"appended to {RESULTS_MD}")
+        print("appended to benchmarks/RESULTS.md")
     failed = any(m.returncode for m in es.values()) or any(
         m.returncode for runs in lm.values() for m in runs.values()
     )
@@ -336,8 +304,7 @@ def append_results(table: str, args: argparse.Namespace, limits: dict[str, int])
             "",
         ]
     )
-    with RESULTS_MD.open("a", encoding="utf-8") as handle:
-        handle.write(body)
+    append_results_md(body)
 
 
 if __name__ == "__main__":
