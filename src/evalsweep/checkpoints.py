@@ -150,10 +150,14 @@ def _resolve_hub(reference: str, repo: str, revision: str | None) -> ResolvedChe
     except RepositoryNotFoundError as exc:
         raise CheckpointError(f"checkpoint {reference!r}: no such repository on the Hub") from exc
     except Exception as exc:  # network down, offline mode, HTTP errors
-        first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise CheckpointError(
-            f"checkpoint {reference!r}: cannot reach the Hub ({first_line})"
-        ) from exc
+        text = str(exc).strip()
+        if "offline mode" in text:
+            reason = "HF_HUB_OFFLINE is set"
+        elif "NameResolution" in text or "Max retries" in text or "ConnectionError" in text:
+            reason = "no network connection"
+        else:
+            reason = (text.splitlines()[0] if text else type(exc).__name__)[:160]
+        raise CheckpointError(f"checkpoint {reference!r}: cannot reach the Hub ({reason})") from exc
     commit = info.sha or revision or "unknown"
     return ResolvedCheckpoint(
         reference=reference,
