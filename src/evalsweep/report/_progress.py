@@ -32,15 +32,23 @@ class RichProgress:
             disable=not enabled,
         )
         self._current: TaskID | None = None
+        self._started = False
 
     def __enter__(self) -> RichProgress:
-        self._bars.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self._bars.stop()
+        if self._started:
+            self._bars.stop()
+
+    def _ensure_started(self) -> None:
+        # Started on first use, so an error raised before any work prints no bar.
+        if not self._started:
+            self._bars.start()
+            self._started = True
 
     def start(self, label: str, total: int) -> None:
+        self._ensure_started()
         self._current = self._bars.add_task(label, total=total, rate="")
 
     def advance(self, count: int) -> None:
@@ -57,4 +65,5 @@ class RichProgress:
 
     def note(self, message: str) -> None:
         if self.enabled:
-            self.console.print(f"[dim]{message}[/dim]")
+            self._ensure_started()
+            self._bars.console.print(f"[dim]{message}[/dim]")
