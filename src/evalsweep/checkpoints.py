@@ -103,6 +103,9 @@ def _resolve_local(reference: str, path: Path) -> ResolvedCheckpoint:
         raise CheckpointError(
             f"checkpoint {reference!r}: no weight files (*.safetensors, *.bin) in {path}"
         )
+    for file in weights:
+        if file.suffix == ".safetensors":
+            _check_safetensors(reference, file)
     return ResolvedCheckpoint(
         reference=reference,
         kind="local",
@@ -110,6 +113,32 @@ def _resolve_local(reference: str, path: Path) -> ResolvedCheckpoint:
         revision=None,
         identity=f"local:sha256:{fingerprint_folder(path, weights)}",
     )
+
+
+def _check_safetensors(reference: str, file: Path) -> None:
+    """Read a safetensors header and check the file holds every tensor it lists.
+
+    A truncated or corrupt weight file is found here, before any checkpoint is
+    computed, instead of after the earlier checkpoints of a sweep have run.
+    """
+    size = file.stat().st_size
+    try:
+        with file.open("rb") as handle:
+            length = int.from_bytes(handle.read(8), "little")
+            if size < 8 or length <= 0 or 8 + length > size:
+                raise ValueError("header length out of range")
+            header = json.loads(handle.read(length))
+        ends = [
+            entry["data_offsets"][1]
+            for name, entry in header.items()
+            if name != "__metadata__" and isinstance(entry, dict)
+        ]
+        if 8 + length + max(ends, default=0) > size:
+            raise ValueError("file is shorter than its tensors")
+    except (ValueError, KeyError, TypeError, IndexError) as exc:
+        raise CheckpointError(
+            f"checkpoint {reference!r}: corrupt weight file {file.name} ({exc})"
+        ) from exc
 
 
 def fingerprint_folder(path: Path, weights: list[Path]) -> str:

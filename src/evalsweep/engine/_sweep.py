@@ -13,7 +13,7 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 from evalsweep.checkpoints import ResolvedCheckpoint, resolve_checkpoints
@@ -180,7 +180,7 @@ def run_sweep(spec: SweepSpec, store: Store, progress: Progress | None = None) -
                     checkpoint.identity, backend_key, run.task.name, run.settings_key, keys
                 )
                 documents = [p.document for p in run.prepared]
-                scored = [_scored(stored[key]) for key in keys]
+                scored = _rescore(run, documents, [stored[key] for key in keys], store)
                 aggregates = run.task.aggregate(documents, scored)
                 results.append(
                     CheckpointTaskResult(
@@ -322,6 +322,44 @@ def _request_json(request: Any) -> dict[str, Any]:
 def _response_json(response: Any) -> Any:
     if isinstance(response, LoglikelihoodResult):
         return [response.logprob, response.is_greedy]
+    return response
+
+
+def _rescore(
+    run: TaskRun, documents: list[Document], records: list[SampleRecord], store: Store
+) -> list[ScoredDocument]:
+    """Score stored raw responses again with today's document and scoring code.
+
+    The model's answers are what is expensive and what the store keeps; the
+    score is recomputed every time, so a corrected gold label or a scoring fix
+    applies to stored results too. Rows whose score changed are rewritten.
+    """
+    scored: list[ScoredDocument] = []
+    changed: list[SampleRecord] = []
+    for document, record in zip(documents, records, strict=True):
+        responses = [_response_from_json(r) for r in record.responses]
+        result = run.task.score(document, responses)
+        scored.append(result)
+        if dict(result.metrics) != record.metrics or result.target != record.target:
+            changed.append(
+                replace(
+                    record,
+                    target=result.target,
+                    prediction=result.prediction,
+                    correct=result.correct,
+                    metrics=dict(result.metrics),
+                    details=dict(result.details),
+                    document=dict(document.fields),
+                )
+            )
+    if changed:
+        store.write(changed)
+    return scored
+
+
+def _response_from_json(response: Any) -> Any:
+    if isinstance(response, list):
+        return LoglikelihoodResult(float(response[0]), bool(response[1]))
     return response
 
 

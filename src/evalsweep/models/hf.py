@@ -32,7 +32,6 @@ CPU_TOKEN_BUDGET = 8192
 CPU_GENERATION_BATCH = 32
 MAX_GENERATION_BATCH = 256
 CPU_CACHE_BUDGET = 256 * 2**20
-PREFIX_BUCKET = 16  # inputs sharing these first tokens are checked for a longer common prefix
 MIN_PREFIX = 32  # shorter shared prefixes are not worth a separate forward pass
 
 
@@ -188,24 +187,35 @@ class HFBackend:
         """
         if not self.options.prefix_reuse:
             return [(0, inputs)]
-        buckets: dict[tuple[int, ...], list[tuple[int, ...]]] = {}
-        for tokens in inputs:
-            buckets.setdefault(tokens[:PREFIX_BUCKET], []).append(tokens)
-        groups = []
-        for members in buckets.values():
-            if len(members) < 2:
-                groups.append((0, members))
-                continue
-            first = members[0]
-            common = min(len(t) - widths[t] for t in members)
-            for tokens in members[1:]:
-                limit = min(common, len(tokens))
-                i = 0
-                while i < limit and tokens[i] == first[i]:
-                    i += 1
-                common = i
-            groups.append((common if common >= MIN_PREFIX else 0, members))
+        # In lexicographic order, inputs that share a long prefix sit next to each
+        # other; a group grows while its common prefix stays long (at least 80% of
+        # what its first two members share), so subjects that share only their
+        # description line are not merged.
+        groups: list[tuple[int, list[tuple[int, ...]]]] = []
+        members: list[tuple[int, ...]] = []
+        common = 0
+        for tokens in sorted(inputs):
+            if members:
+                shared = _common_prefix(members[0], tokens, common or len(tokens))
+                if shared >= MIN_PREFIX and (len(members) < 2 or shared >= 0.8 * common):
+                    members.append(tokens)
+                    common = shared
+                    continue
+                groups.append(self._finish_group(members, common, widths))
+            members, common = [tokens], 0
+        if members:
+            groups.append(self._finish_group(members, common, widths))
         return groups
+
+    @staticmethod
+    def _finish_group(
+        members: list[tuple[int, ...]], common: int, widths: Mapping[tuple[int, ...], int]
+    ) -> tuple[int, list[tuple[int, ...]]]:
+        if len(members) < 2:
+            return (0, members)
+        # The prefix must stop before the first position any member scores.
+        prefix = min(common, *(len(t) - widths[t] for t in members))
+        return (prefix if prefix >= MIN_PREFIX else 0, members)
 
     def _score_with_prefix(
         self,
@@ -222,7 +232,8 @@ class HFBackend:
         torch = self.torch
         prefix = torch.tensor([group[0][:prefix_length]], dtype=torch.long, device=self.device)
         with torch.inference_mode():
-            cached = self.model(input_ids=prefix, use_cache=True, logits_to_keep=1).past_key_values
+            extra = {"logits_to_keep": 1} if self._keeps_logits else {}
+            cached = self.model(input_ids=prefix, use_cache=True, **extra).past_key_values
         layers = _cache_tensors(cached)
         per_row_bytes = sum(k.numel() + v.numel() for k, v in layers) * layers[0][0].element_size()
         max_rows = max(1, int(self._cache_budget() // max(1, per_row_bytes)))
@@ -261,13 +272,14 @@ class HFBackend:
         for layer, (keys, values) in enumerate(layers):
             shape = (len(batch), *keys.shape[1:])
             cache.update(keys.expand(shape), values.expand(shape), layer)
-        first = min(len(t) - prefix_length - widths[t] for t in batch)
+        first = 0
+        kwargs: dict[str, Any] = {}
+        if self._keeps_logits:
+            first = min(len(t) - prefix_length - widths[t] for t in batch)
+            kwargs["logits_to_keep"] = torch.arange(first, longest, device=self.device)
         with torch.inference_mode():
             logits = self._forward(
-                ids.to(self.device),
-                past_key_values=cache,
-                use_cache_override=True,
-                logits_to_keep=torch.arange(first, longest, device=self.device),
+                ids.to(self.device), past_key_values=cache, use_cache_override=True, **kwargs
             )
         out = []
         for row, tokens in enumerate(batch):
@@ -475,6 +487,15 @@ class HFBackend:
 
 class _OutOfMemory(Exception):
     """Raised inside a batch so the caller can retry with a smaller budget."""
+
+
+def _common_prefix(a: tuple[int, ...], b: tuple[int, ...], limit: int) -> int:
+    """Length of the shared start of two token sequences, counted up to ``limit``."""
+    limit = min(limit, len(a), len(b))
+    i = 0
+    while i < limit and a[i] == b[i]:
+        i += 1
+    return i
 
 
 def _cache_tensors(cache: Any) -> list[tuple[Any, Any]]:

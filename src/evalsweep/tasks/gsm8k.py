@@ -16,6 +16,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from evalsweep.errors import DataError
 from evalsweep.requests import GenerationRequest, LoglikelihoodResult
 from evalsweep.tasks._aggregate import mean, mean_stderr
 from evalsweep.tasks._base import (
@@ -92,6 +93,10 @@ class GSM8K:
         # gets the i-th draw, so --limit N keeps the first N documents' prompts.
         rnd = random.Random(FEWSHOT_SEED)
         pool = list(data.fewshot_pool["train"])
+        if num_fewshot > len(pool):
+            raise DataError(
+                f"gsm8k: {num_fewshot}-shot needs {num_fewshot} training rows, found {len(pool)}"
+            )
         prepared = []
         for doc in data.documents:
             shots = rnd.sample(pool, num_fewshot) if num_fewshot > 0 else []
