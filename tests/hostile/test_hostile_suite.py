@@ -135,7 +135,7 @@ class Batch:
                     if box is not None
                 }
                 uid_base = service._pool[0].settings.uid_base
-                uids = set(range(uid_base, uid_base + 2 * service.workers))
+                uids = set(range(uid_base, uid_base + 4 * service.workers))
                 processes = _sandbox_users_processes(uids)
                 self.leftover_processes = {
                     pid: name for pid, name in processes.items() if pid not in zygotes

@@ -12,7 +12,7 @@ Public API:
 """
 
 from ._codeeval import estimate_pass_at_k, evaluate_samples_file
-from ._problems import CodeProblem, load_problems, load_samples
+from ._problems import CodeProblem, CodeSample, build_request, load_problems, load_samples
 from ._service import ExecutionService, SandboxUnavailableError, default_workers
 from ._types import (
     CodeEvalResult,
@@ -29,6 +29,7 @@ from ._types import (
 __all__ = [
     "CodeEvalResult",
     "CodeProblem",
+    "CodeSample",
     "ExecutionRequest",
     "ExecutionResult",
     "ExecutionService",
@@ -39,6 +40,7 @@ __all__ = [
     "SandboxReport",
     "SandboxUnavailableError",
     "Verdict",
+    "build_request",
     "default_workers",
     "estimate_pass_at_k",
     "evaluate_samples_file",

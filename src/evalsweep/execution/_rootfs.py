@@ -72,18 +72,20 @@ def interpreter_dirs() -> list[str]:
 
 
 def sys_path() -> list[str]:
-    """The import path inside the sandbox: stdlib and site-packages only."""
+    """The import path inside the sandbox: what this interpreter imports from.
+
+    Entries of ``sys.path`` inside the interpreter's prefixes (the standard
+    library, the virtual environment's and, if it uses them, the system's
+    site-packages) in their order; never the project's source or the current
+    directory, which ``.pth`` files and the caller's working dir add.
+    """
     paths = sysconfig.get_paths()
     prefixes = [os.path.realpath(p) for p in (sys.base_prefix, sys.prefix)]
-    site_dirs = [os.path.realpath(paths["purelib"]), os.path.realpath(paths["platlib"])]
     chosen: list[str] = []
-    for entry in sys.path:
+    for entry in [*sys.path, paths["purelib"], paths["platlib"]]:
         real = os.path.realpath(entry) if entry else ""
-        if real and _covered(real, prefixes) and "site-packages" not in real and real not in chosen:
+        if real and _covered(real, prefixes) and real not in chosen and os.path.isdir(real):
             chosen.append(real)
-    for entry in site_dirs:
-        if entry not in chosen:
-            chosen.append(entry)
     return chosen
 
 

@@ -60,8 +60,9 @@ _TIOCSTI = 0x5412
 class SeccompFilter:
     """A compiled filter, or why there is none on this machine."""
 
-    bpf: bytes | None
+    bpf: bytes | None  # loaded once by the zygote
     detail: str
+    sample_bpf: bytes | None = None  # added by every sample on top
 
 
 class _ArgCmp(ctypes.Structure):
@@ -79,21 +80,31 @@ def _errno_action(number: int) -> int:
 
 _cache: SeccompFilter | None = None
 _lock = threading.Lock()
+# The zygote mounts each sample's scratch tmpfs, so it runs under the main
+# filter without these; each sample adds a second, tiny filter denying them.
+SAMPLE_ONLY = ("mount", "umount2")
 
 
 def build_filter() -> SeccompFilter:
-    """Compile the filter (once per process); never raises."""
+    """Compile both filters (once per process); never raises."""
     global _cache
     with _lock:
         if _cache is None:
             try:
-                _cache = _compile()
+                main = _compile([name for name in DENIED if name not in SAMPLE_ONLY], policy=True)
+                mounts = _compile(list(SAMPLE_ONLY), policy=False)
+                detail = (
+                    f"libseccomp deny list: {len(main) // 8} BPF instructions loaded once in the "
+                    f"zygote, {len(mounts) // 8} more per sample"
+                )
+                _cache = SeccompFilter(main, detail, mounts)
             except OSError as error:
                 _cache = SeccompFilter(None, str(error))
         return _cache
 
 
-def _compile() -> SeccompFilter:
+def _compile(denied: list[str], *, policy: bool) -> bytes:
+    """One filter: ``denied`` fail with EPERM; with ``policy``, the argument rules too."""
     name = ctypes.util.find_library("seccomp")
     if name is None:
         raise OSError(2, "libseccomp not found (Debian: apt-get install libseccomp2)")
@@ -128,8 +139,10 @@ def _compile() -> SeccompFilter:
 
         eperm = _errno_action(1)
         lib.seccomp_attr_set(ctx, _FILTER_ATTR_BAD_ARCH, _KILL_PROCESS)
-        for syscall in DENIED:
+        for syscall in denied:
             rule(eperm, syscall)
+        if not policy:
+            return _export(lib, ctx)
         # glibc's fork() is clone(): refuse only the namespace flags. clone3
         # takes its flags in memory the filter cannot read, so it reports
         # "not implemented" and glibc falls back to clone.
@@ -140,22 +153,25 @@ def _compile() -> SeccompFilter:
         rule(_errno_action(97), "socketpair", (0, _CMP_NE, _AF_UNIX, 0))
         rule(eperm, "ioctl", (1, _CMP_MASKED_EQ, 0xFFFFFFFF, _TIOCSTI))
         rule(eperm, "personality", (0, _CMP_NE, 0xFFFFFFFF, 0))
-
-        read_end, write_end = os.pipe()
-        try:
-            result = lib.seccomp_export_bpf(ctx, write_end)
-            os.close(write_end)
-            write_end = -1
-            if result != 0:
-                raise OSError(-result, f"seccomp_export_bpf: {os.strerror(-result)}")
-            chunks = []
-            while chunk := os.read(read_end, 1 << 16):
-                chunks.append(chunk)
-        finally:
-            os.close(read_end)
-            if write_end >= 0:
-                os.close(write_end)
-        bpf = b"".join(chunks)
-        return SeccompFilter(bpf, f"libseccomp deny list, {len(bpf) // 8} BPF instructions")
+        return _export(lib, ctx)
     finally:
         lib.seccomp_release(ctx)
+
+
+def _export(lib: ctypes.CDLL, ctx: int) -> bytes:
+    """The filter as raw BPF (libseccomp writes it to a file descriptor)."""
+    read_end, write_end = os.pipe()
+    try:
+        result = lib.seccomp_export_bpf(ctx, write_end)
+        os.close(write_end)
+        write_end = -1
+        if result != 0:
+            raise OSError(-result, f"seccomp_export_bpf: {os.strerror(-result)}")
+        chunks = []
+        while chunk := os.read(read_end, 1 << 16):
+            chunks.append(chunk)
+    finally:
+        os.close(read_end)
+        if write_end >= 0:
+            os.close(write_end)
+    return b"".join(chunks)

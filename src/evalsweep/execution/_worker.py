@@ -65,6 +65,14 @@ def zygote_limits(
     }
 
 
+def _functions_under_test(request: ExecutionRequest) -> list[str]:
+    """Names the sample resolves up front (not secret: the prompt shows them)."""
+    if request.test is None:
+        return []
+    names = [request.test.entry_point, *request.test.sample_names]
+    return [name for name in dict.fromkeys(names) if name != "None"]
+
+
 def judge_key(request: ExecutionRequest) -> str:
     test = request.test
     assert test is not None
@@ -115,14 +123,19 @@ class Worker:
             judge_group = self._cgroup("judge", limits.memory_mb + 128, 12)
         else:
             sample_group, judge_group = (self._cgroups + [None, None])[:2]
-        base = self.settings.uid_base + 2 * self.index
+        # Four host uids per worker: the sample zygote, its samples, the judge
+        # (and the judge namespace's unused second id).
+        base = self.settings.uid_base + 4 * self.index
         config = self.settings.config
-        self.sample_box = Sandbox("sample", {**config, "uid": base, "gid": base}, sample_group)
+        sample_config = {**config, "role": "sample", "uid": base, "gid": base}
+        self.sample_box = Sandbox("sample", sample_config, sample_group)
         judge_config = {
             **config,
-            "uid": base + 1,
-            "gid": base + 1,
+            "role": "judge",
+            "uid": base + 2,
+            "gid": base + 2,
             "preload": list(self.settings.judge_preload),
+            "judge_limits": zygote_limits(limits, judge=True),
         }
         self.judge_box = Sandbox("judge", judge_config, judge_group)
         try:
@@ -236,6 +249,7 @@ class Worker:
             "limits": zygote_limits(limits, keep=keep),
             "file_name": _FILE_NAMES[request.language],
             "interpreter": interpreter_for(request.language) or [],
+            "announce": _functions_under_test(request),
         }
         if request.test is None:
             self.sample_box.send(message, raw=program + request.stdin)
@@ -326,8 +340,8 @@ _services = itertools.count()
 def default_uid_base() -> int:
     """A range of 256 host uids no account uses, distinct per running service.
 
-    Every worker uses two (its sample and judge sandboxes): distinct uids keep
-    one service's samples from signalling another's, and let ``RLIMIT_NPROC``
-    count each worker's processes alone.
+    Every worker uses four (see ``Worker.start``): distinct uids keep one
+    worker's samples from signalling anything else, and let ``RLIMIT_NPROC``
+    count each worker's sample processes alone.
     """
     return 0x40000000 + ((os.getpid() & 0xFFFF) << 14) + ((next(_services) & 0x3F) << 8)

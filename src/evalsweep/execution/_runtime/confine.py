@@ -14,27 +14,42 @@ import contextlib
 import os
 import resource
 import signal
-from dataclasses import dataclass, field
 
 from . import linux
 
 _HIGH_FD = 200  # above anything the zygote itself holds
 
 
-@dataclass
 class Confinement:
-    """What a child does to itself before it runs code it does not trust."""
+    """What a child does to itself before it runs code it does not trust.
 
-    rlimits: list[tuple[int, int, int]] = field(default_factory=list)
-    drop_capabilities: bool = False
-    switch_to: tuple[int, int] | None = None  # (uid, gid) when no user namespace
-    seccomp: linux.SeccompProgram | None = None
-    no_new_privs: bool = True
-    oom_score_adj: int | None = 1000
-    cwd: str = "/"
-    # The zygote is not dumpable (nothing may read its memory); a sample may
-    # read its own /proc/self like any program, so it becomes dumpable again.
-    dumpable: bool = True
+    ``dumpable``: the zygote is not dumpable (nothing may read its memory); a
+    sample may read its own /proc/self like any program, so it becomes
+    dumpable again.
+    """
+
+    def __init__(
+        self,
+        *,
+        rlimits: list[tuple[int, int, int]] | None = None,
+        drop_capabilities: bool = False,
+        switch_to: tuple[int, int] | None = None,
+        seccomp: linux.SeccompProgram | None = None,
+        no_new_privs: bool = True,
+        oom_score_adj: int | None = 1000,
+        cwd: str = "/",
+        dumpable: bool = True,
+        restore_sigint: bool = True,
+    ) -> None:
+        self.rlimits = rlimits or []
+        self.drop_capabilities = drop_capabilities
+        self.switch_to = switch_to  # (uid, gid) when there is no user namespace
+        self.seccomp = seccomp
+        self.no_new_privs = no_new_privs
+        self.oom_score_adj = oom_score_adj
+        self.cwd = cwd
+        self.dumpable = dumpable
+        self.restore_sigint = restore_sigint
 
 
 def arrange_fds(layout: dict[int, int]) -> None:
@@ -58,8 +73,6 @@ def apply(plan: Confinement) -> None:
         with contextlib.suppress(OSError):  # without /proc the cgroup limit still applies
             linux.write_file("/proc/self/oom_score_adj", str(plan.oom_score_adj))
     os.chdir(plan.cwd)
-    if plan.dumpable:
-        linux.prctl(linux.PR_SET_DUMPABLE, 1)
     for which, soft, hard in plan.rlimits:
         resource.setrlimit(which, (soft, hard))
     if plan.switch_to is not None:
@@ -69,14 +82,17 @@ def apply(plan: Confinement) -> None:
         os.setresuid(uid, uid, uid)
     if plan.drop_capabilities:
         linux.drop_all_capabilities()
+    if plan.dumpable:  # after any uid change, which resets it
+        linux.prctl(linux.PR_SET_DUMPABLE, 1)
     if plan.no_new_privs or plan.seccomp is not None:
         linux.prctl(linux.PR_SET_NO_NEW_PRIVS, 1)
     if plan.seccomp is not None:
         plan.seccomp.load()
-    # The zygote runs as pid 1 with SIGINT at its default (so that nothing in
-    # the namespace can interrupt it); a Python program expects the usual
-    # KeyboardInterrupt handler.
-    signal.signal(signal.SIGINT, signal.default_int_handler)
+    if plan.restore_sigint:
+        # The zygote runs as pid 1 with SIGINT at its default (so that nothing
+        # in the namespace can interrupt it); a Python program expects the
+        # usual KeyboardInterrupt handler.
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def rlimits_for(

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+from collections.abc import Callable
 from typing import Any
 
 from . import linux
@@ -146,12 +147,19 @@ def build_root(spec: dict[str, Any]) -> None:
     linux.mount(None, "/", None, flags, None)
 
 
-def drop_to_user_namespace(uid: int, gid: int) -> None:
+SAMPLE_ID = 1  # the uid and gid samples run as, inside a two-id user namespace
+
+
+def drop_to_user_namespace(uid: int, gid: int, ask_for_map: Callable[[], bool]) -> bool:
     """As root: become ``uid``/``gid`` on the host, then root of a new user namespace.
 
     The new mount namespace created with it is owned by that user namespace,
     which is what lets the zygote mount each sample's scratch tmpfs while every
-    mount inherited from the build step stays locked.
+    mount inherited from the build step stays locked. ``ask_for_map`` has the
+    still-privileged bootstrap map two ids: 0 (the zygote) to ``uid`` and
+    :data:`SAMPLE_ID` (every sample) to ``uid + 1``, so that a sample drops
+    all capabilities just by changing uid and can neither signal nor trace
+    its zygote. Returns False if only the one-id map could be written.
     """
     os.setgroups([])
     os.setresgid(gid, gid, gid)
@@ -160,7 +168,23 @@ def drop_to_user_namespace(uid: int, gid: int) -> None:
     # root-owned and unwritable by us.
     linux.prctl(linux.PR_SET_DUMPABLE, 1)
     linux.unshare(linux.CLONE_NEWUSER | linux.CLONE_NEWNS)
+    if ask_for_map():
+        return True
     write_id_maps(uid, gid)
+    return False
+
+
+def write_two_id_maps(proc: int, pid: int, uid: int, gid: int) -> None:
+    """From the bootstrap (host root): map ids 0 and 1 of ``pid``'s new user namespace.
+
+    ``proc`` is a descriptor of the host's /proc, opened before the pivot.
+    """
+    for name, base in (("uid_map", uid), ("gid_map", gid)):
+        fd = os.open(f"{pid}/{name}", os.O_WRONLY, dir_fd=proc)
+        try:
+            os.write(fd, f"0 {base} 1\n{SAMPLE_ID} {base + 1} 1\n".encode())
+        finally:
+            os.close(fd)
 
 
 def mount_scratch(size_bytes: int, inodes: int) -> None:

@@ -132,23 +132,34 @@ class _CapData(ctypes.Structure):
     ]
 
 
+PR_SET_SECUREBITS = 28
+# uid 0 gains nothing on execve (NOROOT), setuid changes do not touch the
+# capability sets, no ambient capability can be raised; all of it locked.
+_SECUREBITS_LOCKED_DOWN = 0b11111111 & ~0b00010000  # every bit and its lock, except KEEP_CAPS
+
+
 def drop_all_capabilities() -> None:
-    """Empty the bounding, ambient, effective, permitted and inheritable sets.
+    """Lose every capability for good, in three calls.
 
     A process that is root inside its user namespace keeps every capability
-    there after ``fork``; clearing them all means the sample cannot mount,
-    unshare, or remount anything even inside its own namespaces.
+    there after ``fork``. Locked securebits stop a later ``execve`` (bash,
+    node) from granting them back to uid 0 and forbid raising ambient ones;
+    then the sets are emptied. Where securebits cannot be set, the bounding
+    and ambient sets are emptied instead.
     """
-    cap = 0
-    while True:  # The bounding set first, while CAP_SETPCAP is still held.
-        if _raw_prctl(PR_CAPBSET_DROP, cap) != 0:
-            break  # EINVAL: past the last capability this kernel knows.
-        cap += 1
-    _raw_prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL)
+    if _raw_prctl(PR_SET_SECUREBITS, _SECUREBITS_LOCKED_DOWN) != 0:
+        cap = 0
+        while _raw_prctl(PR_CAPBSET_DROP, cap) == 0:
+            cap += 1  # stops at EINVAL: past the last capability this kernel knows
+        _raw_prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL)
     header = _CapHeader(0x20080522, 0)  # _LINUX_CAPABILITY_VERSION_3
     data = (_CapData * 2)()
-    number = _syscall_number("capset")
-    if _libc.syscall(ctypes.c_long(number), ctypes.byref(header), ctypes.byref(data)) != 0:
+    if (
+        _libc.syscall(
+            ctypes.c_long(_syscall_number("capset")), ctypes.byref(header), ctypes.byref(data)
+        )
+        != 0
+    ):
         raise _fail("capset")
 
 

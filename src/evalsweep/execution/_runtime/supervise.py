@@ -14,18 +14,19 @@ import os
 import select
 import signal
 import time
-from dataclasses import dataclass, field
 
 _READ_CHUNK = 1 << 16
 
 
-@dataclass
 class Capture:
     """The first ``keep`` bytes of one output stream, and how much there was."""
 
-    keep: int
-    data: bytearray = field(default_factory=bytearray)
-    total: int = 0
+    __slots__ = ("keep", "data", "total")
+
+    def __init__(self, keep: int) -> None:
+        self.keep = keep
+        self.data = bytearray()
+        self.total = 0
 
     def add(self, chunk: bytes) -> None:
         room = self.keep - len(self.data)
@@ -34,18 +35,22 @@ class Capture:
         self.total += len(chunk)
 
 
-@dataclass
 class Watch:
-    """What the zygote saw of one child."""
+    """What the zygote saw of one child.
 
-    exited_by_itself: bool = False
-    timed_out: bool = False
-    output_limit: bool = False
-    wall: float = 0.0
-    status: int | None = None
-    cpu: float = 0.0
-    max_rss_kb: int = 0
-    streams: dict[str, Capture] = field(default_factory=dict)
+    (Plain classes, not dataclasses, in the sandbox runtime: ``dataclasses``
+    imports ``inspect`` and half the standard library into every fork.)
+    """
+
+    def __init__(self, streams: dict[str, Capture] | None = None) -> None:
+        self.exited_by_itself = False
+        self.timed_out = False
+        self.output_limit = False
+        self.wall = 0.0
+        self.status: int | None = None
+        self.cpu = 0.0
+        self.max_rss_kb = 0
+        self.streams: dict[str, Capture] = streams or {}
 
 
 def watch(

@@ -30,12 +30,10 @@ import importlib
 import marshal
 import os
 import resource
-import shutil
 import signal
 import socket
 import struct
 import sys
-import tempfile
 import time
 from typing import Any, NoReturn
 
@@ -117,6 +115,10 @@ class Zygote:
         self.privileged = os.geteuid() == 0
         self.switch_to: tuple[int, int] | None = None
         self.seccomp: linux.SeccompProgram | None = None
+        self.sample_seccomp: linux.SeccompProgram | None = None
+        self.plans: dict[tuple[Any, ...], confine.Confinement] = {}
+        self.two_ids = False  # samples get their own uid inside the user namespace
+        self._ask_for_map: Any = lambda: False
         self.tests: dict[str, dict[str, Any]] = {}
         self.buffer = bytearray()
         self.scratch_dir: str | None = None
@@ -149,18 +151,38 @@ class Zygote:
             self._start_in_place(f"namespaces unavailable: {error}")
             return
         release_read, release_write = os.pipe()
+        ask_read, ask_write = os.pipe()
+        answer_read, answer_write = os.pipe()
+        host_proc = os.open("/proc", os.O_PATH | os.O_DIRECTORY)  # before the pivot
         pid = os.fork()
         if pid:  # the bootstrap: report the zygote's host pid, then just wait
-            os.close(release_read)
+            for fd in (release_read, ask_write, answer_read):
+                os.close(fd)
             send(self.ctl, {"t": "spawned", "pid": pid})
             self.ctl.close()
             os.close(release_write)
+            self._serve_map_request(host_proc, pid, ask_read, answer_write)
             _, status = os.waitpid(pid, 0)
             os._exit(os.waitstatus_to_exitcode(status) & 0xFF)
-        os.close(release_write)
+        for fd in (release_write, ask_read, answer_write, host_proc):
+            os.close(fd)
         os.read(release_read, 1)  # until the bootstrap has spoken
         os.close(release_read)
+        self._ask_for_map = lambda: _ask(ask_write, answer_read)
         self._isolate()
+
+    def _serve_map_request(self, host_proc: int, pid: int, ask: int, answer: int) -> None:
+        """Bootstrap side: write the zygote's two-id map if it asks (we are still root)."""
+        if os.read(ask, 1) != b"m" or not self.privileged:
+            os.close(answer)
+            return
+        try:
+            jail.write_two_id_maps(host_proc, pid, self.config["uid"], self.config["gid"])
+            os.write(answer, b"y")
+        except OSError:
+            os.write(answer, b"n")
+        for fd in (ask, answer, host_proc):
+            os.close(fd)
 
     def _start_in_place(self, why: str) -> None:
         for layer in (
@@ -194,8 +216,12 @@ class Zygote:
         )
         linux.sethostname("sandbox")
         if self.privileged and self.userns:
-            jail.drop_to_user_namespace(self.config["uid"], self.config["gid"])
-            self.note("user namespace", True, f"root inside is host uid {self.config['uid']}")
+            uid, gid = self.config["uid"], self.config["gid"]
+            self.two_ids = jail.drop_to_user_namespace(uid, gid, self._ask_for_map)
+            detail = f"root inside is host uid {uid}"
+            if self.two_ids:
+                detail += f"; samples run as uid {jail.SAMPLE_ID} inside, host uid {uid + 1}"
+            self.note("user namespace", True, detail)
         elif self.privileged:
             self.switch_to = (self.config["uid"], self.config["gid"])
         else:
@@ -207,13 +233,23 @@ class Zygote:
         linux.prctl(linux.PR_SET_DUMPABLE, 0)  # nothing may read this process's memory
         if self.namespaces:  # our parent is the single-threaded bootstrap
             linux.prctl(linux.PR_SET_PDEATHSIG, signal.SIGKILL)
-        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        if not (self.two_ids and config.get("role") == "sample"):
+            # As a namespace's init, any handler would let the samples (same
+            # uid) interrupt us; with two ids they cannot signal us at all.
+            signal.signal(signal.SIGINT, signal.SIG_DFL)
         os.environ.clear()
         os.environ.update(config["env"])
         sys.path[:] = config["sys_path"]
         if config.get("seccomp"):
             self.seccomp = linux.SeccompProgram(config["seccomp"])
-        for name in config["preload"]:
+            self.sample_seccomp = linux.SeccompProgram(config["seccomp_sample"])
+        preload = list(config["preload"])
+        if self.switch_to is not None:
+            # Samples run as another host uid, which may not be able to read
+            # the interpreter's directory (a home dir): load what our own
+            # error path needs while we still can.
+            preload.append("traceback")
+        for name in preload:
             with contextlib.suppress(BaseException):
                 importlib.import_module(name)
         # Everything loaded so far is shared with every forked child. Freezing
@@ -242,6 +278,17 @@ class Zygote:
             else "process groups of a child subreaper",
         )
         self.note("seccomp", self.seccomp is not None and not config["unsafe"], "")
+        if config.get("role") == "sample" and not config["unsafe"]:
+            # Samples inherit this: the OOM killer of the worker's cgroup picks
+            # the biggest process, which is the sample, never the bootstrap
+            # (kept at -1000 by the parent).
+            with contextlib.suppress(OSError):
+                linux.write_file("/proc/self/oom_score_adj", "1000")
+        if self.seccomp is not None and config.get("role") == "sample":
+            # Inherited by every fork, so a sample only adds the small filter
+            # for the mount calls this zygote itself still needs.
+            linux.prctl(linux.PR_SET_NO_NEW_PRIVS, 1)
+            self.seccomp.load()
         send(self.ctl, {"t": "ready", "layers": self.layers, "python": sys.version.split()[0]})
 
     def _identity(self) -> str:
@@ -274,8 +321,39 @@ class Zygote:
                 os._exit(3)  # something survived SIGKILL: let the parent replace us
 
     def _plan(self, limits: dict[str, Any], cwd: str) -> confine.Confinement:
+        """The child's confinement, built before the fork (cached per limits)."""
+        if not self.namespaces:  # a new scratch directory every time: nothing to reuse
+            return self._new_plan(limits, cwd)
+        key = (cwd, *sorted(limits.items()))
+        plan = self.plans.get(key)
+        if plan is None:
+            plan = self.plans[key] = self._new_plan(limits, cwd)
+        return plan
+
+    def _new_plan(self, limits: dict[str, Any], cwd: str) -> confine.Confinement:
         if self.config["unsafe"]:
             return confine.Confinement(no_new_privs=False, oom_score_adj=None, cwd=cwd)
+        # The sample zygote already runs with no_new_privs and the main filter.
+        inherited = self.seccomp is not None and self.config.get("role") == "sample"
+        if self.two_ids and self.config.get("role") == "sample":
+            # Changing to the sample uid drops every capability (and with them
+            # any use for the small mount filter); the zygote's SIGINT handler
+            # is harmless because this uid cannot signal it.
+            return confine.Confinement(
+                rlimits=confine.rlimits_for(
+                    address_space=limits["address_space"],
+                    file_size=limits["file_size"],
+                    open_files=limits["open_files"],
+                    cpu_seconds=limits["cpu_seconds"],
+                    processes=limits["processes"],
+                ),
+                switch_to=(jail.SAMPLE_ID, jail.SAMPLE_ID),
+                seccomp=None if inherited else self.seccomp,
+                no_new_privs=not inherited,
+                oom_score_adj=None if inherited else 1000,
+                restore_sigint=False,
+                cwd=cwd,
+            )
         return confine.Confinement(
             rlimits=confine.rlimits_for(
                 address_space=limits["address_space"],
@@ -286,7 +364,9 @@ class Zygote:
             ),
             drop_capabilities=self.userns or (self.namespaces and not self.privileged),
             switch_to=self.switch_to,
-            seccomp=self.seccomp,
+            seccomp=self.sample_seccomp if inherited else self.seccomp,
+            no_new_privs=not inherited,
+            oom_score_adj=None if inherited else 1000,
             cwd=cwd,
         )
 
@@ -294,6 +374,8 @@ class Zygote:
         if self.namespaces:
             jail.mount_scratch(limits["scratch"], limits["scratch_inodes"])
             return "/tmp"
+        import tempfile  # only without namespaces: not worth a slot in every fork
+
         path = tempfile.mkdtemp(prefix="evalsweep-scratch-")
         if self.switch_to is not None:
             os.chown(path, *self.switch_to)
@@ -304,6 +386,8 @@ class Zygote:
         if self.namespaces:
             jail.unmount_scratch()
         elif self.scratch_dir is not None:
+            import shutil
+
             shutil.rmtree(self.scratch_dir, ignore_errors=True)
             self.scratch_dir = None
 
@@ -316,10 +400,11 @@ class Zygote:
         scratch = self._new_scratch(limits)
         out_read, out_write = os.pipe()
         err_read, err_write = os.pipe()
+        plan = self._plan(limits, scratch)  # built here: the child should do little
         deadline = time.monotonic() + message["timeout"]
         pid = os.fork()
         if pid == 0:
-            self._become_sample(message, scratch, rpc_fd, out_write, err_write)
+            self._become_sample(message, plan, rpc_fd, out_write, err_write)
         # Hot path from here: keep no copy of the program, watch, kill, reap.
         self.buffer[: program_size + stdin_size] = bytes(program_size + stdin_size)
         for fd in (out_write, err_write, *fds):
@@ -344,11 +429,12 @@ class Zygote:
     def _become_sample(
         self,
         message: dict[str, Any],
-        scratch: str,
+        plan: confine.Confinement,
         rpc_fd: int | None,
         out_write: int,
         err_write: int,
     ) -> NoReturn:
+        scratch = plan.cwd
         try:
             os.setsid()
             program_size, stdin_size = message["program_size"], message["stdin_size"]
@@ -371,7 +457,7 @@ class Zygote:
             if rpc_fd is not None:
                 layout[3] = rpc_fd
             confine.arrange_fds(layout)
-            confine.apply(self._plan(message["limits"], scratch))
+            confine.apply(plan)
         except BaseException as error:
             with contextlib.suppress(BaseException):
                 os.write(2, f"evalsweep: sandbox setup failed: {error!r}\n".encode())
@@ -379,7 +465,7 @@ class Zygote:
         if argv is not None:
             sample.exec_interpreter(argv, dict(os.environ))
         if message["mode"] == "function":
-            sample.serve_functions(source, 3, message["limits"]["max_frame"])
+            sample.serve_functions(source, 3, message["limits"]["max_frame"], message["announce"])
         sample.run_script(source)
 
     def add_test(self, message: dict[str, Any]) -> dict[str, Any]:
@@ -435,12 +521,23 @@ class Zygote:
         """The judge zygote needs no privilege after start-up: drop it for good."""
         if self.config["unsafe"]:
             return
-        plan = self._plan(self.config["judge_limits"], "/")
+        plan = self._new_plan(self.config["judge_limits"], "/")
         plan.oom_score_adj = None
         plan.dumpable = False
         plan.rlimits = [limit for limit in plan.rlimits if limit[0] != resource.RLIMIT_CPU]
         confine.apply(plan)
+        if self.sample_seccomp is not None:
+            self.sample_seccomp.load()  # the judge mounts nothing either
         signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+def _ask(ask: int, answer: int) -> bool:
+    """Zygote side: ask the bootstrap for the two-id map; True if it wrote it."""
+    os.write(ask, b"m")
+    granted = os.read(answer, 1) == b"y"
+    os.close(ask)
+    os.close(answer)
+    return granted
 
 
 def _parse_report(raw: bytes) -> dict[str, Any] | None:
