@@ -285,6 +285,62 @@ def flips(
         stdout.print(f"[dim]{len(rows) - max_rows} more; use --max or --json[/dim]")
 
 
+@main.command()
+@click.argument("checkpoints", nargs=-1, required=True)
+@click.option("--tasks", "-t", required=True, help="Comma-separated tasks, e.g. mmlu,gsm8k.")
+@click.option("--num-fewshot", type=int, help="Use results stored with this few-shot count.")
+@click.option("--baseline", help="Checkpoint the others are compared with (default: the first).")
+@click.option(
+    "--html",
+    "html_path",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Write a self-contained HTML report (works offline).",
+)
+@click.option(
+    "--markdown",
+    "markdown_path",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Write a compact Markdown summary (for pull requests and chat).",
+)
+@store_option
+@click.option("--debug", is_flag=True, help="Show tracebacks.")
+@user_errors
+def report(
+    checkpoints: tuple[str, ...],
+    tasks: str,
+    num_fewshot: int | None,
+    baseline: str | None,
+    html_path: Path | None,
+    markdown_path: Path | None,
+    store: Path | None,
+    debug: bool,
+) -> None:
+    """Write an HTML and/or Markdown report for stored results of CHECKPOINTS."""
+    from evalsweep.comparison import compare_results, find_flips, pick_baseline
+    from evalsweep.engine import stored_sweep
+    from evalsweep.errors import EvalsweepError
+    from evalsweep.report import render_markdown, results_document, write_html, write_text
+
+    if not html_path and not markdown_path:
+        raise EvalsweepError("nothing to write: pass --html FILE and/or --markdown FILE")
+    chosen = pick_baseline(list(checkpoints), baseline)
+    with _open_existing_store(store) as results_store:
+        result = stored_sweep(results_store, list(checkpoints), _task_list(tasks), num_fewshot)
+    comparisons = [c.to_dict() for c in compare_results(result, chosen)]
+    document = results_document(result, sys.argv, comparisons)
+    flips = {
+        ref: [f.to_dict() for f in find_flips(result, chosen, ref)]
+        for ref in checkpoints
+        if ref != chosen
+    }
+    if html_path:
+        write_html(html_path, document, flips)
+        stdout.print(f"wrote {html_path}")
+    if markdown_path:
+        write_text(markdown_path, render_markdown(document, flips))
+        stdout.print(f"wrote {markdown_path}")
+
+
 def _task_list(tasks: str) -> list[str]:
     return [t.strip() for t in tasks.split(",") if t.strip()]
 

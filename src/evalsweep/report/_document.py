@@ -116,6 +116,12 @@ def write_outputs(out_dir: Path, document: Mapping[str, Any], result: SweepResul
     _atomic_write(out_dir / "samples.jsonl", lines)
 
 
+def write_text(path: Path, text: str) -> None:
+    """Write a text file atomically, creating its folder."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    _atomic_write(path, text)
+
+
 def _atomic_write(path: Path, text: str) -> None:
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
     try:
