@@ -20,13 +20,15 @@ import math
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, TypeGuard
+from types import ModuleType
+from typing import TYPE_CHECKING, Any, TypeGuard
 
-import plotly.graph_objects as go
-from plotly.subplots import make_subplots
-
+from evalsweep.errors import EvalsweepError
 from evalsweep.report._document import _atomic_write
 from evalsweep.report._table import SHORT, display_names
+
+if TYPE_CHECKING:
+    import plotly.graph_objects as go
 
 #: Verdict -> (mark, CSS class, plot colour). Red and green are kept for verdicts only.
 VERDICTS: dict[str, tuple[str, str, str]] = {
@@ -55,12 +57,13 @@ def render_html(
     """
     view = _View(document)
     figures = _Figures()
+    go = _plotly()
     sections = [
         _summary_section(view, flips),
         _table_section(view),
-        _forest_section(view, figures),
-        _heatmap_section(view, figures),
-        _passk_section(view, figures),
+        _forest_section(view, figures, go),
+        _heatmap_section(view, figures, go),
+        _passk_section(view, figures, go),
         _flips_section(view, flips),
         _provenance_section(view),
     ]
@@ -88,6 +91,17 @@ def write_html(
     _atomic_write(target, render_html(document, flips))
 
 
+def _plotly() -> ModuleType:
+    """Plotly, imported only when a report is drawn: ``import evalsweep.report`` stays light."""
+    try:
+        import plotly.graph_objects as go
+    except ImportError as exc:  # pragma: no cover - plotly is a dependency
+        raise EvalsweepError(
+            f"the HTML report needs plotly ({exc}); install it with: pip install 'plotly>=5,<7'"
+        ) from exc
+    return go
+
+
 class _View:
     """The document, indexed the ways the sections read it."""
 
@@ -102,9 +116,14 @@ class _View:
             self.baseline: str | None = self.comparisons[0]["baseline"]
         else:
             self.baseline = self.checkpoints[0] if len(self.checkpoints) > 1 else None
-        self.candidates = [c for c in self.checkpoints if c != self.baseline]
+        self.candidates = [c for c in self.checkpoints if self.baseline and c != self.baseline]
         self.headline = [r for r in results if r["level"] == "task"]
         self.subjects = [r for r in results if r["level"] == "subject"]
+        groups: dict[str, set[str]] = {}
+        for r in self.subjects:
+            groups.setdefault(r["task"], set()).add(r["group"])
+        # A single-subject task gets no heatmap: its headline row says it all.
+        self.subject_tasks = [task for task, found in groups.items() if len(found) > 1]
         self.columns = list(dict.fromkeys((r["task"], r["metric"]) for r in self.headline))
         self.verdicts = {
             (c["candidate"], c["task"], c["metric"], c.get("subject")): c for c in self.comparisons
@@ -112,6 +131,11 @@ class _View:
 
     def label(self, reference: str) -> str:
         return self.names.get(reference, reference)
+
+    def short(self, reference: str, limit: int = 36) -> str:
+        """A label for plot axes and titles; long paths keep their distinctive end."""
+        label = self.label(reference)
+        return label if len(label) <= limit else "…" + label[-(limit - 1) :]
 
 
 class _Figures:
@@ -252,7 +276,9 @@ def _result_cell(cell: Mapping[str, Any] | None, comparison: Mapping[str, Any] |
     )
 
 
-def _forest_section(view: _View, figures: _Figures) -> str:
+def _forest_section(view: _View, figures: _Figures, go: ModuleType) -> str:
+    from plotly.subplots import make_subplots
+
     usable = [c for c in view.comparisons if _finite(c.get("delta"))]
     if not usable:
         return _section(
@@ -282,7 +308,7 @@ def _forest_section(view: _View, figures: _Figures) -> str:
         cols=len(candidates),
         shared_yaxes=True,
         horizontal_spacing=0.03,
-        subplot_titles=[f"{view.label(c)} − {view.label(view.baseline or '')}" for c in candidates],
+        subplot_titles=[f"{view.short(c)} − {view.short(view.baseline or '')}" for c in candidates],
     )
     for column, candidate in enumerate(candidates, start=1):
         mine = [c for c in ordered if c["candidate"] == candidate]
@@ -365,11 +391,9 @@ def _forest_hover(c: Mapping[str, Any], scale: float, unit: str) -> str:
     return text
 
 
-def _heatmap_section(view: _View, figures: _Figures) -> str:
-    if not view.subjects:
-        return ""
+def _heatmap_section(view: _View, figures: _Figures, go: ModuleType) -> str:
     parts = []
-    for task in dict.fromkeys(r["task"] for r in view.subjects):
+    for task in view.subject_tasks:
         rows = [r for r in view.subjects if r["task"] == task]
         metric = rows[0]["metric"]
         rows = [r for r in rows if r["metric"] == metric]
@@ -397,7 +421,7 @@ def _heatmap_section(view: _View, figures: _Figures) -> str:
         figure = go.Figure(
             go.Heatmap(
                 z=z,
-                x=[view.label(c) for c in checkpoints],
+                x=[view.short(c) for c in checkpoints],
                 y=_subject_axis(task, subjects),
                 text=text,
                 texttemplate="%{text}",
@@ -419,6 +443,8 @@ def _heatmap_section(view: _View, figures: _Figures) -> str:
             title=dict(text=f"{task}: {metric} per subject", x=0, font=dict(size=13)),
         )
         parts.append(figures.embed(figure, f"heatmap-{_slug(task)}"))
+    if not parts:
+        return ""
     body = (
         "<p class='help'>Score per subject and checkpoint, subjects grouped by category. "
         "▼ / ▲ mark subjects where the checkpoint differs significantly from the baseline.</p>"
@@ -466,7 +492,7 @@ def _category(task: str, subject: str) -> str:
     return CATEGORIES.get(subject, "")
 
 
-def _passk_section(view: _View, figures: _Figures) -> str:
+def _passk_section(view: _View, figures: _Figures, go: ModuleType) -> str:
     rows = [r for r in view.headline if str(r["metric"]).startswith("pass@")]
     if not rows:
         return _section(
@@ -488,12 +514,14 @@ def _passk_section(view: _View, figures: _Figures) -> str:
                     x=[r["metric"] for r in points],
                     y=[r["value"] for r in points],
                     mode="lines+markers",
-                    name=view.label(checkpoint),
+                    name=view.short(checkpoint),
                     marker=dict(size=9, color=_palette(index)),
                     line=dict(color=_palette(index)),
                     error_y=dict(
                         type="data",
-                        array=[1.96 * (r.get("stderr") or 0.0) for r in points],
+                        symmetric=False,
+                        array=[_reach(r, up=True) for r in points],
+                        arrayminus=[_reach(r, up=False) for r in points],
                         thickness=1.5,
                         width=4,
                     ),
@@ -503,15 +531,25 @@ def _passk_section(view: _View, figures: _Figures) -> str:
                     hovertemplate="%{x}: %{customdata}<extra>%{fullData.name}</extra>",
                 )
             )
-        figure.update_yaxes(title_text="pass rate", tickformat=".0%", rangemode="tozero")
+        figure.update_yaxes(title_text="pass rate", tickformat=".0%", range=[-0.02, 1.04])
         figure.update_xaxes(type="category", title_text="k")
         figure.update_layout(
             height=360,
             margin=dict(l=10, r=10, t=50, b=40),
+            scattermode="group",  # side by side at each k, so equal values stay visible
+            scattergap=0.7,
             title=dict(text=f"{task}: pass@k with 95% intervals", x=0, font=dict(size=13)),
         )
         parts.append(figures.embed(figure, f"passk-{_slug(task)}"))
     return _section("passk", "pass@k", "".join(parts))
+
+
+def _reach(row: Mapping[str, Any], up: bool) -> float:
+    """Half a normal 95% interval, clipped to [0, 1]: a pass rate cannot leave it."""
+    value, half = row.get("value"), 1.96 * (row.get("stderr") or 0.0)
+    if not _finite(value):
+        return 0.0
+    return max(0.0, min(half, 1.0 - value if up else value))
 
 
 def _k_of(metric: str) -> tuple[int, str]:
@@ -782,7 +820,7 @@ def _nav(view: _View) -> str:
     links = [
         ("table", "table"),
         ("forest", "differences"),
-        ("heatmap", "per subject") if view.subjects else None,
+        ("heatmap", "per subject") if view.subject_tasks else None,
         ("passk", "pass@k"),
         ("flips", "flips"),
         ("provenance", "provenance"),
@@ -868,6 +906,7 @@ nav a.brand { color:white; font-weight:700; margin-right:12px; }
 main { max-width:1280px; margin:0 auto; padding:8px 28px 60px; }
 header h1 { margin:22px 0 4px; font-size:24px; }
 .lede { margin:0 0 10px; color:var(--muted); }
+.lede code { word-break:normal; white-space:nowrap; }
 section { scroll-margin-top:52px; background:white; border:1px solid var(--line);
   border-radius:10px; padding:16px 20px; margin:18px 0; }
 header + section { margin-top:10px; }
@@ -891,6 +930,8 @@ td.num, th.num { text-align:right; font-variant-numeric:tabular-nums; }
 table.results td.num { min-width:150px; }
 table.results tbody th { white-space:nowrap; }
 .metric { font-weight:400; color:var(--muted); }
+table.results tbody th, table.results thead th:first-child { position:sticky; left:0;
+  background:white; z-index:1; }
 .n, .se { color:var(--muted); font-size:12px; font-weight:400; }
 .tag { font-size:11px; font-weight:600; color:var(--accent); border:1px solid #c5d5ef;
   border-radius:4px; padding:0 5px; margin-left:4px; }
