@@ -107,6 +107,21 @@ def main() -> None:
     type=click.Path(file_okay=False, path_type=Path),
     help="Write results.json and samples.jsonl here.",
 )
+@click.option(
+    "--samples-per-problem",
+    type=int,
+    default=1,
+    show_default=True,
+    help="Code tasks (humaneval): completions per problem, for pass@k.",
+)
+@click.option(
+    "--temperature",
+    type=float,
+    default=0.0,
+    show_default=True,
+    help="Code tasks: sampling temperature (needed when sampling several completions).",
+)
+@click.option("--k", "ks", default="1,10,100", show_default=True, help="Code tasks: pass@k values.")
 @click.option("--baseline", help="Checkpoint the others are compared with (default: the first).")
 @click.option("--subjects", is_flag=True, help="Also show MMLU per subject (significant first).")
 @click.option(
@@ -128,6 +143,9 @@ def run(
     trust_remote_code: bool,
     store: Path | None,
     out: Path | None,
+    samples_per_problem: int,
+    temperature: float,
+    ks: str,
     baseline: str | None,
     subjects: bool,
     fail_on_regression: bool,
@@ -143,7 +161,9 @@ def run(
 
     spec = SweepSpec(
         checkpoints=list(checkpoints),
-        tasks=_task_list(tasks),
+        tasks=[
+            _code_task(name, samples_per_problem, temperature, ks) for name in _task_list(tasks)
+        ],
         data_dir=str(data_dir) if data_dir else None,
         limit=limit,
         num_fewshot=num_fewshot,
@@ -412,6 +432,19 @@ def code_eval(
     stdout.print(f"{scores}  ({result.n_samples} samples, {result.n_tasks} problems)")
     stdout.print(f"verdicts: {result.counts}")
     stdout.print(f"[dim]wrote {result.results_path}[/dim]")
+
+
+def _code_task(name: str, samples: int, temperature: float, ks: str) -> Any:
+    """Code tasks take their sampling options; every other task is named as given."""
+    if name != "humaneval":
+        return name
+    from evalsweep.tasks.humaneval import HumanEval
+
+    try:
+        k_values = [int(k) for k in ks.split(",") if k.strip()]
+    except ValueError:
+        raise click.BadParameter(f"--k {ks!r} is not a comma-separated list of numbers") from None
+    return HumanEval(samples=samples, temperature=temperature, ks=k_values)
 
 
 def _task_list(tasks: str) -> list[str]:

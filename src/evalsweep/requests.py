@@ -45,6 +45,7 @@ class GenerationRequest:
     max_gen_toks: int = 256
     do_sample: bool = False
     temperature: float = 0.0
+    sample_index: int = 0  # tells apart the n samples of one prompt (and seeds their sampling)
     extra: dict[str, object] = field(default_factory=dict, compare=False, hash=False)
 
     kind = "generate_until"

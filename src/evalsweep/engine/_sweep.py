@@ -74,6 +74,7 @@ class TaskRun:
     num_fewshot: int
     settings_key: str
     prepared: list[PreparedDocument]
+    settings: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -117,8 +118,11 @@ def plan_sweep(spec: SweepSpec) -> tuple[list[ResolvedCheckpoint], dict[str, Tas
         shots = task.default_num_fewshot if spec.num_fewshot is None else spec.num_fewshot
         data = task.load(source, spec.limit)
         settings = {"task": task.name, "version": task.version, "num_fewshot": shots}
+        extra = getattr(task, "extra_settings", None)
+        if extra is not None:
+            settings.update(extra())
         task_runs[task.name] = TaskRun(
-            task, shots, settings_key("task", settings), task.prepare(data, shots)
+            task, shots, settings_key("task", settings), task.prepare(data, shots), settings
         )
     return checkpoints, task_runs
 
@@ -148,11 +152,7 @@ def run_sweep(spec: SweepSpec, store: Store, progress: Progress | None = None) -
     backend_key = settings_key("backend", settings)
     store.remember_key(backend_key, "backend", settings)
     for run in task_runs.values():
-        store.remember_key(
-            run.settings_key,
-            "task",
-            {"task": run.task.name, "version": run.task.version, "num_fewshot": run.num_fewshot},
-        )
+        store.remember_key(run.settings_key, "task", run.settings)
     results: list[CheckpointTaskResult] = []
     backends: dict[str, dict[str, Any]] = {}
     for checkpoint in checkpoints:
@@ -180,7 +180,10 @@ def run_sweep(spec: SweepSpec, store: Store, progress: Progress | None = None) -
                     checkpoint.identity, backend_key, run.task.name, run.settings_key, keys
                 )
                 documents = [p.document for p in run.prepared]
-                scored = _rescore(run, documents, [stored[key] for key in keys], store)
+                if getattr(run.task, "rescore_stored", True):
+                    scored = _rescore(run, documents, [stored[key] for key in keys], store)
+                else:  # scoring runs code (HumanEval): keep the stored verdicts
+                    scored = [_scored(stored[key]) for key in keys]
                 aggregates = run.task.aggregate(documents, scored)
                 results.append(
                     CheckpointTaskResult(
@@ -190,6 +193,10 @@ def run_sweep(spec: SweepSpec, store: Store, progress: Progress | None = None) -
         finally:
             if backend is not None:
                 backend.close()
+    for run in task_runs.values():
+        close = getattr(run.task, "close", None)
+        if close is not None:
+            close()
     return SweepResult(
         run_id=uuid.uuid4().hex[:12],
         spec=spec,

@@ -368,7 +368,7 @@ class HFBackend:
             key = (request.until, request.max_gen_toks, request.do_sample, request.temperature)
             groups.setdefault(key, []).append(index)
         eos = self.tokenizer.decode([self.tokenizer.eos_token_id], skip_special_tokens=False)
-        for (until, max_gen_toks, _sample, _temp), indices in groups.items():
+        for (until, max_gen_toks, sample, temperature), indices in groups.items():
             stops = list(until) + ([eos] if eos and eos not in until else [])
             max_context = self.max_length - max_gen_toks
             if max_context <= 0:
@@ -380,7 +380,10 @@ class HFBackend:
             size = self.options.batch_size or self._generation_batch_size()
             for start in range(0, len(order), size):
                 chunk = order[start : start + size]
-                texts = self._generate_batch([encoded[i] for i in chunk], stops, max_gen_toks)
+                seeds = [_seed(requests[i]) for i in chunk] if sample else None
+                texts = self._generate_batch(
+                    [encoded[i] for i in chunk], stops, max_gen_toks, temperature, seeds
+                )
                 for i, text in zip(chunk, texts, strict=True):
                     results[i] = text
                 if progress:
@@ -393,7 +396,12 @@ class HFBackend:
         return MAX_GENERATION_BATCH
 
     def _generate_batch(
-        self, contexts: list[list[int]], stops: list[str], max_new: int
+        self,
+        contexts: list[list[int]],
+        stops: list[str],
+        max_new: int,
+        temperature: float = 0.0,
+        seeds: list[int] | None = None,
     ) -> list[str]:
         """Greedy decoding of a left-padded batch; each row stops at its own stop string.
 
@@ -425,7 +433,10 @@ class HFBackend:
                     logits_to_keep=1,
                 )
                 cache = out.past_key_values
-                next_tokens = out.logits[:, -1].argmax(dim=-1)
+                generators = None
+                if seeds is not None:
+                    generators = [torch.Generator().manual_seed(seed) for seed in seeds]
+                next_tokens = self._pick(out.logits[:, -1], temperature, generators, alive)
                 # Additive mask over (pad, context, generated) keys for one query position.
                 blocked = torch.finfo(self.dtype).min
                 additive = torch.zeros((rows, 1, 1, longest), dtype=self.dtype, device=device)
@@ -459,7 +470,7 @@ class HFBackend:
                         past_key_values=cache,
                         use_cache=True,
                     )
-                    next_tokens = out.logits[:, -1].argmax(dim=-1)
+                    next_tokens = self._pick(out.logits[:, -1], temperature, generators, alive)
         except self.torch.cuda.OutOfMemoryError as exc:
             raise BackendError(
                 f"out of memory generating a batch of {rows}; try a smaller --batch-size"
@@ -472,6 +483,17 @@ class HFBackend:
                     text = text.split(stop)[0]
             texts.append(text)
         return texts
+
+    def _pick(self, logits: Any, temperature: float, generators: Any, alive: list[int]) -> Any:
+        """Greedy, or one draw per row from its own seeded generator (batch-independent)."""
+        torch = self.torch
+        if generators is None:
+            return logits.argmax(dim=-1)
+        probs = torch.softmax(logits.float() / temperature, dim=-1).cpu()
+        picks = [
+            torch.multinomial(probs[j], 1, generator=generators[row]) for j, row in enumerate(alive)
+        ]
+        return torch.cat(picks).to(logits.device)
 
     def _stopped(self, tokens: list[int], stops: list[str], tail: int) -> bool:
         text = self.tokenizer.decode(tokens[-tail:])
@@ -487,6 +509,14 @@ class HFBackend:
 
 class _OutOfMemory(Exception):
     """Raised inside a batch so the caller can retry with a smaller budget."""
+
+
+def _seed(request: GenerationRequest) -> int:
+    """A sampling seed fixed by the prompt and the sample's index, whatever the batch."""
+    import hashlib
+
+    digest = hashlib.sha256(f"{request.sample_index}\0{request.context}".encode()).digest()
+    return int.from_bytes(digest[:8], "little") & (2**63 - 1)
 
 
 def _common_prefix(a: tuple[int, ...], b: tuple[int, ...], limit: int) -> int:

@@ -18,9 +18,10 @@ from evalsweep.tasks._base import (
     TaskData,
 )
 from evalsweep.tasks.gsm8k import GSM8K
+from evalsweep.tasks.humaneval import HumanEval
 from evalsweep.tasks.mmlu import MMLU, SUBJECTS
 
-TASKS: dict[str, type] = {"mmlu": MMLU, "gsm8k": GSM8K}
+TASKS: dict[str, type] = {"mmlu": MMLU, "gsm8k": GSM8K, "humaneval": HumanEval}
 
 
 def get_task(name: str) -> Task:
