@@ -932,6 +932,7 @@ table.results tbody th { white-space:nowrap; }
 .metric { font-weight:400; color:var(--muted); }
 table.results tbody th, table.results thead th:first-child { position:sticky; left:0;
   background:white; z-index:1; }
+table.results thead th:first-child { background:#fafbfd; z-index:2; }
 .n, .se { color:var(--muted); font-size:12px; font-weight:400; }
 .tag { font-size:11px; font-weight:600; color:var(--accent); border:1px solid #c5d5ef;
   border-radius:4px; padding:0 5px; margin-left:4px; }
