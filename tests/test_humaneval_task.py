@@ -116,3 +116,45 @@ def test_cli_run_scores_humaneval_through_the_sandbox(
 
 def test_humaneval_is_listed() -> None:
     assert get_task("humaneval").name == "humaneval"
+
+
+def test_mbpp_prompt_matches_lm_eval_format(data_dir: Path) -> None:
+    from evalsweep.tasks.mbpp import MBPP
+
+    task = MBPP()
+    data = task.load(DataSource(str(data_dir)), 2)
+    (first, _second) = task.prepare(data, 3)
+    context = first.requests[0].context
+    assert first.document.key == "MBPP/11"
+    assert context.count("[DONE]\n\n") == 3
+    assert context.startswith(
+        "You are an expert Python programmer, and here is your task: Write a function to find "
+        "the similar elements from the given two tuple lists. Your code should pass these tests:"
+        "\n\nassert similar_elements((3, 4, 5, 6),(5, 7, 4, 10)) == (4, 5)\n"
+    )
+    assert context.endswith(
+        "Write a python function to remove first and last occurrence of a given character from "
+        'the string. Your code should pass these tests:\n\nassert remove_Occ("hello","l") == "heo"'
+        '\nassert remove_Occ("abcda","a") == "bcd"\nassert remove_Occ("PHP","P") == "H"\n[BEGIN]\n'
+    )
+    assert first.requests[0].until == ("[DONE]",)
+
+
+def test_mbpp_reference_code_passes_and_wrong_code_fails(data_dir: Path) -> None:
+    from evalsweep.tasks.mbpp import MBPP
+
+    rows = {
+        json.loads(line)["task_id"]: json.loads(line)
+        for line in (data_dir / "mbpp" / "mbpp.jsonl").read_text().splitlines()
+    }
+    task = MBPP(samples=2, temperature=0.5, ks=(1,))
+    data = task.load(DataSource(str(data_dir)), 3)
+    try:
+        for doc in data.documents:
+            task.prepare(data, 3)
+            reference = rows[int(doc.key.split("/")[1])]["code"]
+            scored = task.score(doc, [reference, "def unrelated():\n    return 0\n"])
+            assert scored.details["verdicts"] == ["passed", "failed"]
+            assert scored.metrics["pass@1"] == pytest.approx(0.5)
+    finally:
+        task.close()

@@ -112,7 +112,7 @@ def main() -> None:
     type=int,
     default=1,
     show_default=True,
-    help="Code tasks (humaneval): completions per problem, for pass@k.",
+    help="Code tasks (humaneval, mbpp): completions per problem, for pass@k.",
 )
 @click.option(
     "--temperature",
@@ -436,15 +436,17 @@ def code_eval(
 
 def _code_task(name: str, samples: int, temperature: float, ks: str) -> Any:
     """Code tasks take their sampling options; every other task is named as given."""
-    if name != "humaneval":
+    if name not in ("humaneval", "mbpp"):
         return name
     from evalsweep.tasks.humaneval import HumanEval
+    from evalsweep.tasks.mbpp import MBPP
 
     try:
         k_values = [int(k) for k in ks.split(",") if k.strip()]
     except ValueError:
         raise click.BadParameter(f"--k {ks!r} is not a comma-separated list of numbers") from None
-    return HumanEval(samples=samples, temperature=temperature, ks=k_values)
+    task_class = HumanEval if name == "humaneval" else MBPP
+    return task_class(samples=samples, temperature=temperature, ks=k_values)
 
 
 def _task_list(tasks: str) -> list[str]:

@@ -19,9 +19,10 @@ from evalsweep.tasks._base import (
 )
 from evalsweep.tasks.gsm8k import GSM8K
 from evalsweep.tasks.humaneval import HumanEval
+from evalsweep.tasks.mbpp import MBPP
 from evalsweep.tasks.mmlu import MMLU, SUBJECTS
 
-TASKS: dict[str, type] = {"mmlu": MMLU, "gsm8k": GSM8K, "humaneval": HumanEval}
+TASKS: dict[str, type] = {"mmlu": MMLU, "gsm8k": GSM8K, "humaneval": HumanEval, "mbpp": MBPP}
 
 
 def get_task(name: str) -> Task:
