@@ -449,6 +449,20 @@ def _code_task(name: str, samples: int, temperature: float, ks: str) -> Any:
     return task_class(samples=samples, temperature=temperature, ks=k_values)
 
 
+@main.command()
+@store_option
+@click.option("--host", default="127.0.0.1", show_default=True, help="Loopback address.")
+@click.option("--port", type=int, default=8000, show_default=True, help="Port (0: any free).")
+@click.option("--debug", is_flag=True, help="Show tracebacks.")
+@user_errors
+def serve(store: Path | None, host: str, port: int, debug: bool) -> None:
+    """Browse the stored runs as HTML reports, on this machine only."""
+    from evalsweep.report._serve import serve as serve_store
+    from evalsweep.store import default_store_path
+
+    serve_store(store or default_store_path(), host, port)
+
+
 def _task_list(tasks: str) -> list[str]:
     return [t.strip() for t in tasks.split(",") if t.strip()]
 

@@ -85,6 +85,7 @@ class Flip:
     candidate_prediction: str
     baseline_response: str | None
     candidate_response: str | None
+    choices: list[str] | None = None
 
     def to_dict(self) -> dict[str, object]:
         return asdict(self)
@@ -117,6 +118,7 @@ def find_flips(result: SweepResult, baseline: str, candidate: str) -> list[Flip]
                     candidate_prediction=c.prediction,
                     baseline_response=b.response,
                     candidate_response=c.response,
+                    choices=list(doc.fields["choices"]) if "choices" in doc.fields else None,
                 )
             )
     flips.sort(key=lambda f: (f.direction != "regressed", f.task, f.subject or "", f.doc_id))

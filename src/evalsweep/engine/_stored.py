@@ -73,6 +73,7 @@ def stored_sweep(
         results=results,
         backends={},
         seconds=time.time() - began,
+        origin=f"stored results in {store.path}",
     )
 
 

@@ -100,6 +100,7 @@ class SweepResult:
     results: list[CheckpointTaskResult]
     backends: dict[str, dict[str, Any]]
     seconds: float
+    origin: str = "run"  # "run": computed now (or reused); otherwise where the results came from
 
 
 def plan_sweep(spec: SweepSpec) -> tuple[list[ResolvedCheckpoint], dict[str, TaskRun]]:

@@ -41,12 +41,15 @@ def results_document(
             "backend": result.backend_settings,
             "options": asdict(spec.options),
             "limit": spec.limit,
-            "data": f"local:{spec.data_dir}" if spec.data_dir else "hub",
+            "data": result.origin
+            if result.origin != "run"
+            else (f"local:{spec.data_dir}" if spec.data_dir else "hub"),
             "tasks": {
                 name: {
                     "version": run.task.version,
                     "num_fewshot": run.num_fewshot,
-                    "n_documents": len(run.prepared),
+                    "n_documents": len(run.prepared)
+                    or max((len(r.documents) for r in result.results if r.task == name), default=0),
                     "settings_key": run.settings_key,
                 }
                 for name, run in result.task_runs.items()
@@ -124,6 +127,9 @@ def write_text(path: Path, text: str) -> None:
 
 def _atomic_write(path: Path, text: str) -> None:
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(tmp, 0o666 & ~umask)  # as an ordinary open() would, not mkstemp's owner-only
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
             handle.write(text)
