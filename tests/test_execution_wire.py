@@ -18,7 +18,7 @@ def _no_refs(obj: Any) -> Any:
 
 def _roundtrip(value: Any) -> Any:
     tree = wire.encode(value, _no_refs)
-    return wire.decode(wire.load_json(wire.dump_json(tree)), lambda rid, name: None)
+    return wire.load_json(wire.dump_json({"v": tree}))["v"]
 
 
 @pytest.mark.parametrize(
@@ -79,42 +79,51 @@ def test_container_subclasses_are_read_through_the_base_type() -> None:
 def test_objects_that_are_not_plain_data_travel_as_references() -> None:
     kept: list[Any] = []
 
-    def make_ref(obj: Any) -> list[Any]:
+    def make_ref(obj: Any) -> Any:
         kept.append(obj)
-        return ["r", len(kept), type(obj).__name__]
+        return wire.reference(len(kept), type(obj).__name__)
 
     tree = wire.encode({"f": len, "g": (x for x in ())}, make_ref)
-    assert tree == ["d", "f", ["r", 1, "builtin_function_or_method"], "g", ["r", 2, "generator"]]
-    assert wire.decode(tree, lambda rid, name: (rid, name)) == {
-        "f": (1, "builtin_function_or_method"),
-        "g": (2, "generator"),
+    assert tree == {
+        "f": {"~": "r", "v": [1, "builtin_function_or_method"]},
+        "g": {"~": "r", "v": [2, "generator"]},
     }
+    back = wire.load_json(wire.dump_json(tree), lambda rid, name: (rid, name))
+    assert back == {"f": (1, "builtin_function_or_method"), "g": (2, "generator")}
+
+
+def test_plain_lists_and_string_keyed_dicts_are_sent_as_they_are() -> None:
+    numbers = [1, 2, 3]
+    assert wire.encode(numbers, _no_refs) is numbers
+    assert wire.encode({"a": 1}, _no_refs) == {"a": 1}
+    assert wire.encode({"~": 1}, _no_refs) == {"~": "d", "v": ["~", 1]}
 
 
 def test_values_nested_too_deeply_are_refused() -> None:
-    value: list[Any] = []
+    value: list[Any] = [object()]
     for _ in range(wire.MAX_DEPTH + 5):
         value = [value]
     with pytest.raises(ValueError):
-        wire.encode(value, _no_refs)
+        wire.encode(value, lambda obj: wire.reference(1, "x"))
 
 
 @pytest.mark.parametrize(
-    "tree",
+    "payload",
     [
-        {"a": 1},
-        ["?"],
-        [],
-        ["d", 1],
-        ["b", "not base64!"],
-        ["s", ["l"]],
-        ["c", "x", 1],
-        ["i", 5],
+        b'{"~": "?", "v": 1}',
+        b'{"~": "t"}',
+        b'{"~": "t", "v": 1}',
+        b'{"~": "d", "v": [1]}',
+        b'{"~": "b", "v": "not base64!"}',
+        b'{"~": "s", "v": [[1]]}',
+        b'{"~": "c", "v": ["x", 1]}',
+        b'{"~": "r", "v": [1, "function"]}',
+        b"[1,",
     ],
 )
-def test_malformed_values_from_the_peer_are_protocol_errors(tree: Any) -> None:
+def test_malformed_values_from_the_peer_are_protocol_errors(payload: bytes) -> None:
     with pytest.raises(wire.ProtocolError):
-        wire.decode(tree, lambda rid, name: None)
+        wire.load_json(payload)  # no resolver: references are refused too
 
 
 def test_a_set_display_keeps_its_iteration_order_across_the_boundary() -> None:

@@ -125,6 +125,7 @@ class WorkerCgroup:
     def __init__(self, support: CgroupSupport, name: str, memory_bytes: int, max_pids: int) -> None:
         self._dirs: dict[str, str] = {}
         self._oom_file: str | None = None
+        self._oom_fd: int | None = None
         for controller, version in (("memory", support.memory), ("pids", support.pids)):
             if version is None:
                 continue
@@ -153,17 +154,25 @@ class WorkerCgroup:
             _write(path, "cgroup.procs", str(pid))
 
     def oom_kills(self) -> int:
-        """How many processes the kernel has OOM-killed in this cgroup so far."""
+        """How many processes the kernel has OOM-killed in this cgroup so far.
+
+        Read after every sample, so the file stays open and is re-read in place.
+        """
         if self._oom_file is None:
             return 0
         try:
-            with open(self._oom_file) as handle:
-                match = re.search(r"^oom_kill (\d+)$", handle.read(), re.MULTILINE)
+            if self._oom_fd is None:
+                self._oom_fd = os.open(self._oom_file, os.O_RDONLY)
+            text = os.pread(self._oom_fd, 4096, 0)
         except OSError:
             return 0
+        match = re.search(rb"^oom_kill (\d+)$", text, re.MULTILINE)
         return int(match.group(1)) if match else 0
 
     def remove(self) -> None:
+        if self._oom_fd is not None:
+            os.close(self._oom_fd)
+            self._oom_fd = None
         for path in set(self._dirs.values()):
             with contextlib.suppress(OSError):
                 os.rmdir(path)

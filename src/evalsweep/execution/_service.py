@@ -63,11 +63,17 @@ class SandboxUnavailableError(EvalsweepError):
 
 
 def default_workers() -> int:
-    """One worker per CPU this process may run on."""
+    """Two workers per CPU this process may run on (at most 64).
+
+    A worker's sample and judge take turns (each call of the test is a round
+    trip between them), so one worker alone leaves its CPU idle part of the
+    time; two per CPU keep it busy.
+    """
     try:
-        return max(1, len(os.sched_getaffinity(0)))
+        cpus = len(os.sched_getaffinity(0))
     except AttributeError:  # pragma: no cover - not Linux
-        return max(1, os.cpu_count() or 1)
+        cpus = os.cpu_count() or 1
+    return max(1, min(64, 2 * cpus))
 
 
 def make_slices(
@@ -114,7 +120,7 @@ class ExecutionService:
             result = service.run(ExecutionRequest("print(1)", expected_stdout="1\\n"))
 
     Args:
-        workers: number of workers (default: one per CPU).
+        workers: number of workers (default: two per CPU, see :func:`default_workers`).
         limits: default per-sample limits (a request may carry its own).
         unsafe_no_sandbox: run without any isolation layer. Only for machines
             where the sandbox cannot start and the code is trusted.

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import functools
 import hashlib
 import itertools
 import os
@@ -24,7 +25,14 @@ from . import _verdict
 from ._cgroups import CgroupSupport, WorkerCgroup
 from ._rootfs import interpreter_for
 from ._sandbox import Sandbox, SandboxBroken, next_request_id
-from ._types import MAX_TRANSFER_BYTES, ExecutionRequest, ExecutionResult, Limits, Verdict
+from ._types import (
+    MAX_TRANSFER_BYTES,
+    ExecutionRequest,
+    ExecutionResult,
+    FunctionTest,
+    Limits,
+    Verdict,
+)
 
 _PIPELINE_DEPTH = 2
 _REPLY_GRACE = 10.0  # seconds beyond the sample's timeout before a zygote counts as hung
@@ -46,10 +54,11 @@ class WorkerSettings:
     name: str
 
 
+@functools.lru_cache(maxsize=256)
 def zygote_limits(
     limits: Limits, *, judge: bool = False, keep: int | None = None
 ) -> dict[str, int]:
-    """Limits in the units the zygote applies them in."""
+    """Limits in the units the zygote applies them in (shared: do not modify)."""
     mib = 1 << 20
     return {
         "address_space": limits.address_space_mb * mib,
@@ -74,8 +83,13 @@ def _functions_under_test(request: ExecutionRequest) -> list[str]:
 
 
 def judge_key(request: ExecutionRequest) -> str:
-    test = request.test
-    assert test is not None
+    assert request.test is not None
+    return _test_digest(request.test)
+
+
+@functools.lru_cache(maxsize=4096)
+def _test_digest(test: FunctionTest) -> str:
+    """A name for a test, so each judge compiles it once (cached: many samples share one)."""
     digest = hashlib.sha256()
     for part in (test.prelude or "\0", test.test, test.entry_point, *test.sample_names):
         digest.update(part.encode("utf-8", "surrogatepass") + b"\0\1")

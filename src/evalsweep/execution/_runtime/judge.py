@@ -155,13 +155,13 @@ class SampleChannel:
 
     def __init__(self, fd: int, max_frame: int) -> None:
         self._fd = fd
-        self._max_frame = max_frame
+        self._reader = wire.FrameReader(fd, max_frame)
         self._remotes: dict[int, Remote] = {}
         self._announced: dict[str, Any] = {}  # lookups sent along with "ready"
 
     def _receive(self) -> dict[str, Any]:
         try:
-            reply = wire.load_json(wire.read_frame(self._fd, self._max_frame))
+            reply = wire.load_json(self._reader.read(), self._remote)
         except wire.PeerClosed:
             raise SampleGone("the sample's process ended") from None
         if not isinstance(reply, dict) or not isinstance(reply.get("t"), str):
@@ -186,19 +186,16 @@ class SampleChannel:
     def encode(self, value: Any) -> Any:
         def only_remotes(obj: Any) -> Any:
             if type(obj) is Remote:
-                return ["r", obj._rid, ""]
+                return wire.reference(obj._rid, "")
             raise TypeError(f"a {type(obj).__name__} cannot be passed to the sample")
 
         return wire.encode(value, only_remotes)
-
-    def decode(self, tree: Any) -> Any:
-        return wire.decode(tree, self._remote)
 
     def request(self, message: dict[str, Any]) -> Any:
         wire.write_frame(self._fd, wire.dump_json(message))
         reply = self._receive()
         if reply["t"] == "ok":
-            return self.decode(reply.get("v"))
+            return reply.get("v")
         if reply["t"] == "exc":
             raise _exception_for(reply)
         raise wire.ProtocolError(f"unexpected reply {reply['t']!r}")
@@ -218,8 +215,8 @@ class SampleChannel:
             raise wire.ProtocolError(f"unexpected reply {reply['t']!r}")
         for index, tree in reply.get("m") or []:
             if type(index) is int and 0 <= index < len(args):
-                _write_back(args[index], self.decode(tree))
-        return self.decode(reply.get("v"))
+                _write_back(args[index], tree)
+        return reply.get("v")
 
     def lookup(self, name: str) -> Any:
         """A global of the sample's program, as a value, module or remote."""
@@ -234,7 +231,7 @@ class SampleChannel:
             # The judge imports the module itself: only its name crosses.
             return importlib.import_module(str(reply["name"]))
         if kind == "ok":
-            return self.decode(reply.get("v"))
+            return reply.get("v")
         if kind == "exc":
             raise _exception_for(reply)
         raise wire.ProtocolError(f"unexpected reply {kind!r}")

@@ -44,13 +44,13 @@ class _Server:
     def __init__(self, namespace: dict[str, Any], fd: int, max_frame: int) -> None:
         self._namespace = namespace
         self._fd = fd
-        self._max_frame = max_frame
+        self._reader = wire.FrameReader(fd, max_frame)
         self._refs: dict[int, Any] = {}
 
-    def _make_ref(self, obj: Any) -> list[Any]:
+    def _make_ref(self, obj: Any) -> Any:
         rid = len(self._refs) + 1
         self._refs[rid] = obj
-        return ["r", rid, str(type(obj).__name__)[:80]]
+        return wire.reference(rid, str(type(obj).__name__)[:80])
 
     def _resolve_ref(self, rid: int, _type_name: str) -> Any:
         try:
@@ -60,9 +60,6 @@ class _Server:
 
     def _encode(self, value: Any) -> Any:
         return wire.encode(value, self._make_ref)
-
-    def _decode(self, tree: Any) -> Any:
-        return wire.decode(tree, self._resolve_ref)
 
     def lookup(self, name: str) -> dict[str, Any]:
         """The reply to "get": a global of the program, as the judge may use it."""
@@ -76,7 +73,7 @@ class _Server:
     def serve(self) -> None:
         while True:
             try:
-                request = wire.load_json(wire.read_frame(self._fd, self._max_frame))
+                request = wire.load_json(self._reader.read(), self._resolve_ref)
             except wire.PeerClosed:
                 return  # the judge is done
             try:
@@ -91,8 +88,8 @@ class _Server:
         if op == "call":
             kind, key = request["f"]
             target = self._namespace[key] if kind == "g" else self._resolve_ref(key, "")
-            args = [self._decode(arg) for arg in request["a"]]
-            kwargs = {str(name): self._decode(arg) for name, arg in request["k"].items()}
+            args = list(request["a"])  # values arrive already rebuilt by the decoder
+            kwargs = {str(name): arg for name, arg in request["k"].items()}
             value = target(*args, **kwargs)
             # Arguments the function may have changed in place go back too, so
             # a test that looks at its list after the call sees what it would
@@ -107,7 +104,7 @@ class _Server:
         if op == "getattr":
             return {"t": "ok", "v": self._encode(getattr(obj, str(request["name"])))}
         if op == "setattr":
-            setattr(obj, str(request["name"]), self._decode(request["v"]))
+            setattr(obj, str(request["name"]), request["v"])
             return {"t": "ok", "v": None}
         if op == "iter":
             return {"t": "ok", "v": self._make_ref(iter(obj))}
@@ -118,7 +115,7 @@ class _Server:
         if op == "bool":
             return {"t": "ok", "v": bool(obj)}
         if op == "item":
-            return {"t": "ok", "v": self._encode(obj[self._decode(request["key"])])}
+            return {"t": "ok", "v": self._encode(obj[request["key"]])}
         raise wire.ProtocolError(f"unknown request {op!r}")
 
 

@@ -162,6 +162,18 @@ def reap_everything(main_pid: int, group: int, result: Watch, budget: float = 5.
     process stuck in the kernel); the caller then gives up on this worker.
     """
     give_up = time.monotonic() + budget
+    if result.exited_by_itself:
+        # The usual case: the sample ended on its own. Collect it; if nothing
+        # else is left (every orphan of the namespace is our child, so "no
+        # child" means "no process"), there is nothing to kill at all.
+        _, status, usage = os.wait4(main_pid, 0)  # it has exited: no wait
+        result.status = status
+        result.cpu = usage.ru_utime + usage.ru_stime
+        result.max_rss_kb = usage.ru_maxrss
+        try:
+            os.wait4(-1, os.WNOHANG)
+        except ChildProcessError:
+            return True
     kill_everything(group)
     while True:
         try:

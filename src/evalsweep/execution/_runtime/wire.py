@@ -7,11 +7,14 @@ Values are rebuilt on the receiving side as exact built-in types, so an
 object with a hostile ``__eq__``/``__hash__``/``__bool__`` cannot reach the
 code that compares. Subclasses of the built-in types are flattened through
 the base type's own C-level accessors (never through methods the sample may
-override). Anything else travels as an opaque reference (``["r", id, type]``)
-that the judge can call or iterate but never compares by value.
+override). Anything else travels as an opaque reference that the judge can
+call or iterate but never compares by value.
 
-The text form is JSON with tagged arrays, which the judge parses with the
-standard library's strict decoder: no code is ever constructed from bytes.
+The text form is JSON, parsed by the standard library's strict C decoder: no
+code is ever constructed from bytes. Numbers, strings, booleans, ``null``,
+lists and string-keyed dicts are plain JSON (the common case costs no Python
+work per element); other values are objects ``{"~": tag, "v": payload}``,
+rebuilt by the decoder's ``object_hook``.
 """
 
 from __future__ import annotations
@@ -25,7 +28,6 @@ from typing import Any
 
 MAX_DEPTH = 200
 _HEADER = struct.Struct(">I")
-_SAFE_INT = 1 << 53
 
 
 class ProtocolError(Exception):
@@ -66,58 +68,112 @@ def read_frame(fd: int, max_size: int) -> bytes:
     return read_exact(fd, size)
 
 
+class FrameReader:
+    """Frames from one descriptor, usually one ``read`` per frame.
+
+    The judge and the sample exchange a small frame per call; reading the
+    header and the body in one system call halves the calls on that path.
+    """
+
+    def __init__(self, fd: int, max_size: int) -> None:
+        self._fd = fd
+        self._max_size = max_size
+        self._buffer = b""
+
+    def read(self) -> bytes:
+        while len(self._buffer) < _HEADER.size:
+            self._fill()
+        (size,) = _HEADER.unpack_from(self._buffer)
+        if size > self._max_size:
+            raise ProtocolError(f"frame of {size} bytes exceeds the {self._max_size}-byte limit")
+        end = _HEADER.size + size
+        while len(self._buffer) < end:
+            self._fill(end - len(self._buffer))
+        frame, self._buffer = self._buffer[_HEADER.size : end], self._buffer[end:]
+        return frame
+
+    def _fill(self, wanted: int = 0) -> None:
+        chunk = os.read(self._fd, max(wanted, 1 << 16))
+        if not chunk:
+            raise PeerClosed("channel closed")
+        self._buffer += chunk
+
+
+_dump = json.JSONEncoder(separators=(",", ":"), ensure_ascii=True).encode  # built once
+
+
 def dump_json(obj: Any) -> bytes:
-    return json.dumps(obj, separators=(",", ":"), ensure_ascii=True).encode()
+    return _dump(obj).encode()
 
 
-def load_json(data: bytes) -> Any:
+def load_json(data: bytes, resolve_ref: Callable[[int, str], Any] | None = None) -> Any:
+    """Parse a message, rebuilding tagged values (and references, if allowed)."""
     try:
-        return json.loads(data)
+        if b'"~"' not in data:  # nothing tagged: the C decoder alone
+            return json.loads(data)
+        return json.loads(data, object_hook=_Rebuilder(resolve_ref))
     except (ValueError, RecursionError) as error:
-        raise ProtocolError(f"malformed message: {type(error).__name__}") from None
+        raise ProtocolError(f"malformed message: {type(error).__name__}: {error}"[:300]) from None
+    except TypeError as error:  # e.g. an unhashable item inside a set
+        raise ProtocolError(f"invalid value: {error}"[:300]) from None
 
 
 # --------------------------------------------------------------------------- values
+
+_TAG = "~"
+_SCALARS = frozenset({int, float, str, bool, type(None)})
+
+
+def _scalar(value: Any) -> bool:
+    return type(value) in _SCALARS
 
 
 def encode(value: Any, make_ref: Callable[[Any], Any], depth: int = 0) -> Any:
     """Turn ``value`` into a JSON-able tree; non-plain objects become references.
 
     ``make_ref`` is called for objects that are not plain data and returns the
-    tagged reference to send instead (the sample keeps the object itself).
+    reference to send instead (the sample keeps the object itself).
     """
+    kind = type(value)
+    if kind in _SCALARS:
+        return value
     if depth > MAX_DEPTH:
         raise ValueError("value nested too deeply to transfer")
-    kind = type(value)
-    if value is None or kind is bool or kind is str:
-        return value
-    if kind is int:
-        return value if -_SAFE_INT < value < _SAFE_INT else ["i", format(value, "x")]
-    if kind is float:
-        return value
-    if kind is list or kind is tuple or kind is set or kind is frozenset:
-        return [_TAGS[kind], *(encode(item, make_ref, depth + 1) for item in value)]
+    if kind is list:
+        if all(map(_scalar, value)):
+            return value  # the C encoder writes it as is
+        return [encode(item, make_ref, depth + 1) for item in value]
     if kind is dict:
-        out: list[Any] = ["d"]
+        if _TAG not in value and all(type(key) is str for key in value):
+            if all(map(_scalar, value.values())):
+                return value
+            return {key: encode(item, make_ref, depth + 1) for key, item in value.items()}
+        flat: list[Any] = []
         for key, item in value.items():
-            out.append(encode(key, make_ref, depth + 1))
-            out.append(encode(item, make_ref, depth + 1))
-        return out
+            flat.append(encode(key, make_ref, depth + 1))
+            flat.append(encode(item, make_ref, depth + 1))
+        return {_TAG: "d", "v": flat}
+    if kind is tuple or kind is set or kind is frozenset:
+        return {_TAG: _TAGS[kind], "v": _items(value, make_ref, depth)}
     if kind is bytes or kind is bytearray:
-        return [_TAGS[kind], base64.b64encode(value).decode()]
+        return {_TAG: _TAGS[kind], "v": base64.b64encode(value).decode()}
     if kind is complex:
-        return ["c", value.real, value.imag]
+        return {_TAG: "c", "v": [value.real, value.imag]}
     return _encode_subclass(value, make_ref, depth)
 
 
-_TAGS: dict[type, str] = {
-    list: "l",
-    tuple: "t",
-    set: "s",
-    frozenset: "f",
-    bytes: "b",
-    bytearray: "y",
-}
+def reference(rid: int, type_name: str) -> dict[str, Any]:
+    return {_TAG: "r", "v": [rid, type_name]}
+
+
+_TAGS: dict[type, str] = {tuple: "t", set: "s", frozenset: "f", bytes: "b", bytearray: "y"}
+
+
+def _items(values: Any, make_ref: Callable[[Any], Any], depth: int) -> list[Any]:
+    items = list(values)
+    if all(map(_scalar, items)):
+        return items
+    return [encode(item, make_ref, depth + 1) for item in items]
 
 
 def _encode_subclass(value: Any, make_ref: Callable[[Any], Any], depth: int) -> Any:
@@ -125,25 +181,20 @@ def _encode_subclass(value: Any, make_ref: Callable[[Any], Any], depth: int) -> 
     # accessors, so overridden dunders (``__iter__``, ``__str__``, ``__eq__``)
     # are never consulted. ``bool`` cannot be subclassed.
     if isinstance(value, int):
-        return encode(int.__int__(value), make_ref, depth)
+        return int.__int__(value)
     if isinstance(value, float):
         return float.__float__(value)
     if isinstance(value, str):
         return str.__str__(value)
     if isinstance(value, bytes):
-        return encode(
-            bytes.__bytes__(value) if hasattr(bytes, "__bytes__") else bytes(value), make_ref, depth
-        )
-    if isinstance(value, (list, tuple, set, frozenset)):
-        base = next(t for t in (list, tuple, set, frozenset) if isinstance(value, t))
-        items = list(base.__iter__(value))
-        return [_TAGS[base], *(encode(item, make_ref, depth + 1) for item in items)]
+        return encode(bytes.__bytes__(value), make_ref, depth)
+    if isinstance(value, bytearray):
+        return encode(bytearray(memoryview(value)), make_ref, depth)
+    for base in (list, tuple, set, frozenset):
+        if isinstance(value, base):
+            return encode(base(base.__iter__(value)), make_ref, depth)
     if isinstance(value, dict):
-        out: list[Any] = ["d"]
-        for key, item in list(dict.items(value)):
-            out.append(encode(key, make_ref, depth + 1))
-            out.append(encode(item, make_ref, depth + 1))
-        return out
+        return encode(dict(dict.items(value)), make_ref, depth)
     # numpy scalars (int64, bool_, str_) behave like their Python values under
     # ``==``; arrays are not scalars and stay references.
     if type(value).__module__ == "numpy" and getattr(value, "ndim", None) == 0:
@@ -151,48 +202,46 @@ def _encode_subclass(value: Any, make_ref: Callable[[Any], Any], depth: int) -> 
     return make_ref(value)
 
 
-def decode(tree: Any, resolve_ref: Callable[[int, str], Any], depth: int = 0) -> Any:
-    """Rebuild exact built-in values from a tree produced by :func:`encode`.
+class _Rebuilder:
+    """``object_hook`` for :func:`load_json`: tagged objects back into values.
 
-    The tree comes from an untrusted peer: every tag and type is checked, and
-    anything unexpected raises :class:`ProtocolError`.
+    Called by the C decoder for every JSON object, innermost first. The input
+    comes from an untrusted peer: every tag and payload shape is checked.
     """
-    if depth > MAX_DEPTH + 1:
-        raise ProtocolError("value nested too deeply")
-    kind = type(tree)
-    if tree is None or kind is bool or kind is str or kind is int or kind is float:
-        return tree
-    if kind is not list or not tree or type(tree[0]) is not str:
-        raise ProtocolError(f"unexpected {kind.__name__} in value")
-    tag, rest = tree[0], tree[1:]
-    try:
-        if tag == "l":
-            return [decode(item, resolve_ref, depth + 1) for item in rest]
+
+    def __init__(self, resolve_ref: Callable[[int, str], Any] | None) -> None:
+        self._resolve_ref = resolve_ref
+
+    def __call__(self, obj: dict[str, Any]) -> Any:
+        if _TAG not in obj:
+            return obj  # a plain string-keyed dict (or a message envelope)
+        if len(obj) != 2 or "v" not in obj:
+            raise ProtocolError("malformed tagged value")
+        tag, payload = obj[_TAG], obj["v"]
+        if tag in ("t", "s", "f", "d", "c", "r") and type(payload) is not list:
+            raise ProtocolError(f"tag {tag!r} needs a list")
         if tag == "t":
-            return tuple(decode(item, resolve_ref, depth + 1) for item in rest)
+            return tuple(payload)
         if tag == "s" or tag == "f":
-            items = [decode(item, resolve_ref, depth + 1) for item in rest]
-            rebuilt = rebuild_set(items)
+            rebuilt = rebuild_set(payload)
             return rebuilt if tag == "s" else frozenset(rebuilt)
         if tag == "d":
-            if len(rest) % 2:
+            if len(payload) % 2:
                 raise ProtocolError("dict with an odd number of items")
-            items = [decode(item, resolve_ref, depth + 1) for item in rest]
-            return dict(zip(items[0::2], items[1::2], strict=True))
-        if tag == "i" and len(rest) == 1 and type(rest[0]) is str:
-            return int(rest[0], 16)
-        if tag in ("b", "y") and len(rest) == 1 and type(rest[0]) is str:
-            raw = base64.b64decode(rest[0], validate=True)
+            return dict(zip(payload[0::2], payload[1::2], strict=True))
+        if tag in ("b", "y") and type(payload) is str:
+            try:
+                raw = base64.b64decode(payload, validate=True)
+            except ValueError:
+                raise ProtocolError("invalid base64") from None
             return raw if tag == "b" else bytearray(raw)
-        if tag == "c" and len(rest) == 2 and all(type(part) in (int, float) for part in rest):
-            return complex(rest[0], rest[1])
-        if tag == "r" and len(rest) == 2 and type(rest[0]) is int and type(rest[1]) is str:
-            return resolve_ref(rest[0], rest[1])
-    except TypeError as error:  # e.g. an unhashable item inside a set
-        raise ProtocolError(f"invalid value: {error}") from None
-    except ValueError as error:
-        raise ProtocolError(f"invalid value: {error}") from None
-    raise ProtocolError(f"unknown value tag {tag!r}")
+        if tag == "c" and len(payload) == 2 and all(type(p) in (int, float) for p in payload):
+            return complex(payload[0], payload[1])
+        if tag == "r" and len(payload) == 2 and type(payload[0]) is int and type(payload[1]) is str:
+            if self._resolve_ref is None:
+                raise ProtocolError("references are not accepted here")
+            return self._resolve_ref(payload[0], payload[1])
+        raise ProtocolError(f"unknown value tag {tag!r}")
 
 
 def rebuild_set(items: list[Any]) -> set[Any]:

