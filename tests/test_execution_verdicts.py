@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 
 import pytest
@@ -190,3 +191,20 @@ def test_results_come_back_in_request_order_from_parallel_workers(
     assert [result.key for result in results] == [str(i) for i in range(40)]
     assert all(result.verdict.passed for result in results)
     assert sorted(seen) == list(range(40))
+
+
+def test_time_spent_waiting_for_a_cpu_is_not_held_against_a_sample() -> None:
+    # Four workers share one CPU and each sample needs 0.3 s of CPU with a
+    # 0.5 s timeout: on the wall clock they take longer, yet none times out.
+    busy = (
+        "import time\nend = time.process_time() + 0.3\nwhile time.process_time() < end:\n    pass\n"
+    )
+    cpus = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, {min(cpus)})  # the sandboxes inherit it
+    try:
+        with ExecutionService(workers=4, limits=Limits(timeout=0.5)) as crowded:
+            results = crowded.run_many([ExecutionRequest(busy) for _ in range(8)], slice_items=2)
+    finally:
+        os.sched_setaffinity(0, cpus)
+    assert [result.verdict.status for result in results] == ["passed"] * 8
+    assert max(result.wall_seconds for result in results) > 0.5

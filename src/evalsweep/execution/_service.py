@@ -1,6 +1,6 @@
 """The execution service: a pool of sandboxed workers behind one object.
 
-``ExecutionService`` starts one worker per CPU (each a sample sandbox and a
+``ExecutionService`` starts four workers per CPU (each a sample sandbox and a
 judge sandbox), reports which isolation layers hold, and runs batches of
 requests: the batch is cut into slices (no slice carries more than 5 MB), the
 slices are spread over the workers, and each result is handed to the caller
@@ -63,17 +63,19 @@ class SandboxUnavailableError(EvalsweepError):
 
 
 def default_workers() -> int:
-    """Two workers per CPU this process may run on (at most 64).
+    """Four workers per CPU this process may run on (at most 64).
 
     A worker's sample and judge take turns (each call of the test is a round
-    trip between them), so one worker alone leaves its CPU idle part of the
-    time; two per CPU keep it busy.
+    trip between them) and its zygotes wait on each other, so one worker
+    leaves its CPU idle much of the time; four per CPU keep it busy, on a
+    shared machine too. Oversubscribing is safe for verdicts: time a sample
+    spends waiting for a CPU does not count against its timeout.
     """
     try:
         cpus = len(os.sched_getaffinity(0))
     except AttributeError:  # pragma: no cover - not Linux
         cpus = os.cpu_count() or 1
-    return max(1, min(64, 2 * cpus))
+    return max(1, min(64, 4 * cpus))
 
 
 def make_slices(
@@ -120,7 +122,7 @@ class ExecutionService:
             result = service.run(ExecutionRequest("print(1)", expected_stdout="1\\n"))
 
     Args:
-        workers: number of workers (default: two per CPU, see :func:`default_workers`).
+        workers: number of workers (default: four per CPU, see :func:`default_workers`).
         limits: default per-sample limits (a request may carry its own).
         unsafe_no_sandbox: run without any isolation layer. Only for machines
             where the sandbox cannot start and the code is trusted.

@@ -58,7 +58,8 @@ def decide(
 ) -> Verdict:
     """The verdict for one sample; see :class:`Verdict` for the categories."""
     if sample.get("timed_out"):
-        return Verdict("timeout", "wall clock", f"no result within {request_timeout(request):g} s")
+        timeout = request_timeout(request)
+        return Verdict("timeout", "wall clock", f"no result within {timeout:g} s of its own time")
     if sample.get("output_limit"):
         total = sample.get("stdout_bytes", 0) + sample.get("stderr_bytes", 0)
         return Verdict("error", "output limit", f"wrote more than the limit ({total} bytes seen)")

@@ -35,7 +35,7 @@ from ._types import (
 )
 
 _PIPELINE_DEPTH = 2
-_REPLY_GRACE = 10.0  # seconds beyond the sample's timeout before a zygote counts as hung
+_REPLY_GRACE = 10.0  # seconds beyond a sample's longest run before a zygote counts as hung
 _JUDGE_GRACE = 2.0
 _FILE_NAMES = {"python": "main.py", "javascript": "main.js", "bash": "main.sh"}
 
@@ -288,7 +288,9 @@ class Worker:
                 "op": "judge",
                 "id": request_id,
                 "key": key,
-                "timeout": limits.timeout * 2 + _JUDGE_GRACE,
+                # The sample may run up to three times its timeout on a loaded
+                # machine (time spent waiting for a CPU is not counted).
+                "timeout": limits.timeout * 3 + _JUDGE_GRACE,
                 "limits": zygote_limits(limits, judge=True),
             }
             self.judge_box.send(judge_message, fds=(judge_end.fileno(),))
@@ -300,7 +302,7 @@ class Worker:
 
     def _collect(self, flight: _Flight) -> tuple[dict[str, Any], dict[str, Any] | None]:
         assert self.sample_box is not None and self.judge_box is not None
-        deadline = time.monotonic() + flight.limits.timeout * 2 + _REPLY_GRACE
+        deadline = time.monotonic() + flight.limits.timeout * 3 + _JUDGE_GRACE + _REPLY_GRACE
         sample = self.sample_box.receive(deadline)
         if sample.get("t") != "result" or sample.get("id") != flight.request_id:
             raise SandboxBroken(f"unexpected reply from the sample sandbox: {sample.get('t')}")

