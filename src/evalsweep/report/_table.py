@@ -26,8 +26,6 @@ MARKS = {
 
 def display_names(references: Sequence[str]) -> dict[str, str]:
     """Short labels: checkpoint folders that share a parent are shown without it."""
-    if len(references) == 1 and references[0].startswith(("/", ".", "~")):
-        return {references[0]: references[0].rstrip("/").rsplit("/", 1)[-1]}
     if len(references) < 2 or not all("/" in r for r in references):
         return {r: r for r in references}
     parts = [r.rstrip("/").split("/") for r in references]
