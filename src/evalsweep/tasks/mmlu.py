@@ -172,7 +172,9 @@ class MMLU:
         category_rows = [
             _pool(items, name, "category") for name, items in sorted(categories.items())
         ]
-        overall = _pool(category_rows, None, "task")
+        # lm-eval pools the group's error over its leaf subtasks (the subjects),
+        # not over the category groups in between.
+        overall = _pool(rows, None, "task")
         return [overall, *category_rows, *rows]
 
 
