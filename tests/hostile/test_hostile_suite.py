@@ -197,9 +197,9 @@ def test_nothing_was_written_on_the_host(batch: Batch) -> None:
 
 def test_timeouts_are_enforced_at_the_deadline(batch: Batch) -> None:
     # Time a sample spends waiting for a CPU is not held against it, up to
-    # three times its timeout in all.
+    # five times its timeout in all.
     for case in CASES:
         result, _ = batch.results[case.name]
         limit = case.timeout or LIMITS.timeout
         if result.verdict.status == "timeout":
-            assert limit <= result.wall_seconds < 3 * limit + 0.5, (case.name, result.wall_seconds)
+            assert limit <= result.wall_seconds < 5 * limit + 0.5, (case.name, result.wall_seconds)

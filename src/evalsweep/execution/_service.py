@@ -10,7 +10,6 @@ as soon as it is known, so the caller can stream it to disk.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import queue
 import random
@@ -21,11 +20,11 @@ from dataclasses import dataclass
 from evalsweep.errors import EvalsweepError
 
 from . import _cgroups, _rootfs, _seccomp
+from ._report import build_report
 from ._types import (
     MAX_TRANSFER_BYTES,
     ExecutionRequest,
     ExecutionResult,
-    Layer,
     Limits,
     SandboxReport,
     Verdict,
@@ -230,7 +229,7 @@ class ExecutionService:
             raise SandboxUnavailableError(
                 f"cannot start a sandboxed worker: {errors[0]}"
             ) from errors[0]
-        self._report = self._build_report(seccomp, cgroups)
+        self._report = build_report(self._pool[0], self.limits, seccomp, cgroups, self.unsafe)
         self._threads = [
             threading.Thread(
                 target=self._serve,
@@ -332,107 +331,3 @@ class ExecutionService:
                         emit(index, ExecutionResult(lost, key=request.key))
                 with job.lock:
                     job.failure = job.failure or SandboxUnavailableError(str(error))
-
-    # -- report --------------------------------------------------------------------------------
-
-    def _build_report(
-        self, seccomp: _seccomp.SeccompFilter, cgroups: _cgroups.CgroupSupport | None
-    ) -> SandboxReport:
-        if self.unsafe:
-            return SandboxReport(
-                layers=(Layer("sandbox", False, "unsafe_no_sandbox=True"),), unsafe=True
-            )
-        layers = {
-            name: Layer(name, active, detail)
-            for name, (active, detail) in self._pool[0].layers().items()
-        }
-        layers["seccomp"] = Layer(
-            "seccomp", layers.get("seccomp", Layer("seccomp", False)).active, seccomp.detail
-        )
-        for controller in ("memory", "pids"):
-            version = getattr(cgroups, controller) if cgroups is not None else None
-            detail = (
-                f"cgroup {version}" if version else "no writable cgroup controller (or not root)"
-            )
-            layers[f"cgroup {controller}"] = Layer(
-                f"cgroup {controller}", version is not None, detail
-            )
-        layers["resource limits"] = Layer(
-            "resource limits", True, "address space, file size, open files, CPU, processes"
-        )
-        layers["clean environment"] = Layer(
-            "clean environment", True, "fixed environment, no inherited variables"
-        )
-        layers["output cap"] = Layer(
-            "output cap", True, f"kill beyond {self.limits.output_limit_bytes} bytes"
-        )
-        layers["verdict outside the sample"] = Layer(
-            "verdict outside the sample",
-            True,
-            "tests run by a judge in a separate sandbox; plain data only",
-        )
-        for name, observed in self._probe().items():
-            if name in layers and layers[name].active and not observed:
-                layers[name] = Layer(
-                    name, False, "reported by the zygote but not observed from inside a sample"
-                )
-        return SandboxReport(layers=tuple(layers.values()))
-
-    def _probe(self) -> dict[str, bool]:
-        """Look at the sandbox from inside one sample, to confirm what was reported."""
-        program = _PROBE.replace("HIDDEN", json.dumps(_host_paths_to_hide()))
-        worker = self._pool[0]
-        results: list[ExecutionResult] = []
-        worker.run_slice(
-            [(0, ExecutionRequest(program))], lambda _i, result: results.append(result)
-        )
-        try:
-            seen = json.loads(results[0].stdout)
-        except (IndexError, ValueError):
-            return {"seccomp": False, "read-only root": False}
-        return {
-            "seccomp": seen["seccomp"],
-            "read-only root": not seen["root_writable"] and not seen["host_visible"],
-            "network namespace": not seen["inet_connect"],
-            "scratch tmpfs": seen["tmp_writable"],
-            "unprivileged identity": seen["no_caps"],
-        }
-
-
-_PROBE = """
-import json, os, socket
-status = open('/proc/self/status').read()
-seen = {'seccomp': 'Seccomp:\\t2' in status, 'no_caps': 'CapEff:\\t0000000000000000' in status}
-def writable(path):
-    try:
-        with open(path, 'w') as handle:
-            handle.write('x')
-        os.unlink(path)
-        return True
-    except OSError:
-        return False
-seen['root_writable'] = writable('/evalsweep-probe')
-seen['tmp_writable'] = writable('/tmp/evalsweep-probe')
-seen['host_visible'] = [path for path in HIDDEN if os.path.lexists(path)]
-try:
-    socket.create_connection(('127.0.0.1', 9), timeout=0.5).close()
-    seen['inet_connect'] = True
-except OSError:
-    seen['inet_connect'] = False
-print(json.dumps(seen))
-"""
-
-
-def _host_paths_to_hide() -> list[str]:
-    """Host paths that exist here and must not exist in the sandbox."""
-    bound = [bind["source"] for bind in _rootfs.root_spec()["binds"]]
-    candidates = [os.path.abspath(__file__), os.getcwd()]
-    home = os.path.expanduser("~")
-    with contextlib.suppress(OSError):
-        candidates += [os.path.join(home, entry) for entry in sorted(os.listdir(home))[:20]]
-    hidden = []
-    for path in candidates:
-        if any(os.path.commonpath([path, source]) in (path, source) for source in bound):
-            continue  # on the way to (or inside) a directory we do bind
-        hidden.append(path)
-    return hidden[:10]

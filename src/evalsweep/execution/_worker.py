@@ -24,6 +24,7 @@ from typing import Any
 from . import _verdict
 from ._cgroups import CgroupSupport, WorkerCgroup
 from ._rootfs import interpreter_for
+from ._runtime.supervise import WALL_FACTOR
 from ._sandbox import Sandbox, SandboxBroken, next_request_id
 from ._types import (
     MAX_TRANSFER_BYTES,
@@ -288,9 +289,9 @@ class Worker:
                 "op": "judge",
                 "id": request_id,
                 "key": key,
-                # The sample may run up to three times its timeout on a loaded
-                # machine (time spent waiting for a CPU is not counted).
-                "timeout": limits.timeout * 3 + _JUDGE_GRACE,
+                # The sample may run up to WALL_FACTOR times its timeout on a
+                # loaded machine (time spent waiting for a CPU is not counted).
+                "timeout": limits.timeout * WALL_FACTOR + _JUDGE_GRACE,
                 "limits": zygote_limits(limits, judge=True),
             }
             self.judge_box.send(judge_message, fds=(judge_end.fileno(),))
@@ -302,7 +303,8 @@ class Worker:
 
     def _collect(self, flight: _Flight) -> tuple[dict[str, Any], dict[str, Any] | None]:
         assert self.sample_box is not None and self.judge_box is not None
-        deadline = time.monotonic() + flight.limits.timeout * 3 + _JUDGE_GRACE + _REPLY_GRACE
+        longest = flight.limits.timeout * WALL_FACTOR + _JUDGE_GRACE
+        deadline = time.monotonic() + longest + _REPLY_GRACE
         sample = self.sample_box.receive(deadline)
         if sample.get("t") != "result" or sample.get("id") != flight.request_id:
             raise SandboxBroken(f"unexpected reply from the sample sandbox: {sample.get('t')}")

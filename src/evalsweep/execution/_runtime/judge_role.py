@@ -1,0 +1,100 @@
+"""The judge sandbox's zygote work: keep compiled tests, judge one sample at a time.
+
+The judge runs only the benchmark's own test code, on plain data, so it is not
+forked per sample (a fork costs more than most HumanEval tests). Each sample
+gets a fresh namespace and a wall-clock alarm; if this process ever stops
+answering, the parent replaces the whole sandbox. Right after start-up it
+drops every privilege for good (it mounts nothing and forks nothing).
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+import signal
+import time
+from typing import TYPE_CHECKING, Any
+
+from . import confine, judge
+
+if TYPE_CHECKING:
+    from .zygote import Zygote
+
+
+class JudgeRole:
+    """Requests ``test`` (register and compile a test) and ``judge`` (run it)."""
+
+    def __init__(self, zygote: Zygote) -> None:
+        self._zygote = zygote
+        self._tests: dict[str, dict[str, Any]] = {}
+
+    def confine_self(self) -> None:
+        """Drop capabilities (or uid), then no_new_privs and both seccomp filters."""
+        z = self._zygote
+        if z.config["unsafe"]:
+            return
+        limits = z.config["judge_limits"]
+        rlimits = confine.rlimits_for(
+            address_space=limits["address_space"],
+            file_size=limits["file_size"],
+            open_files=limits["open_files"],
+            cpu_seconds=limits["cpu_seconds"],
+            processes=limits["processes"],
+        )
+        plan = confine.Confinement(
+            # CPU time adds up over every sample this process judges: no limit
+            # here, the per-sample alarm bounds each judgement instead.
+            rlimits=[limit for limit in rlimits if limit[0] != resource.RLIMIT_CPU],
+            drop_capabilities=z.userns or (z.namespaces and not z.privileged),
+            switch_to=z.switch_to,
+            seccomp=z.seccomp,
+            oom_score_adj=None,
+            dumpable=False,
+        )
+        confine.apply(plan)
+        if z.sample_seccomp is not None:
+            z.sample_seccomp.load()  # the judge mounts nothing either
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+    def add_test(self, message: dict[str, Any]) -> dict[str, Any]:
+        """Compile a test once; every later sample of the same problem reuses it."""
+        try:
+            prelude = message["prelude"]
+            spec = {
+                "prelude": None
+                if prelude is None
+                else compile(prelude, "<prompt>", "exec", dont_inherit=True),
+                "test": compile(message["test"], "<test>", "exec", dont_inherit=True),
+                "entry_point": message["entry_point"],
+                "sample_names": tuple(message.get("sample_names", ())),
+            }
+        except (SyntaxError, ValueError) as error:
+            return {"t": "test_error", "key": message["key"], "msg": str(error)[:500]}
+        self._tests[message["key"]] = spec
+        return {"t": "test_ok", "key": message["key"]}
+
+    def judge(self, message: dict[str, Any], fds: list[int]) -> dict[str, Any]:
+        """Judge one sample over the socket in ``fds``, under a wall-clock alarm."""
+        reply: dict[str, Any] = {"t": "result", "id": message["id"], "timed_out": False}
+        spec = self._tests.get(message["key"])
+        if spec is None:
+            for fd in fds:
+                os.close(fd)
+            reply["report"] = {
+                "outcome": "error",
+                "origin": "test",
+                "msg": "the test code does not compile",
+            }
+            return reply
+        channel = judge.SampleChannel(fds[0], message["limits"]["max_frame"])
+        started = time.monotonic()
+        try:
+            with judge.deadline(message["timeout"]):
+                reply["report"] = judge.judge(spec, channel)
+        except judge.JudgeTimeout:
+            reply["timed_out"] = True
+            reply["report"] = None
+        finally:
+            os.close(fds[0])  # the sample sees end-of-file and exits
+        reply["wall"] = round(time.monotonic() - started, 6)
+        return reply
