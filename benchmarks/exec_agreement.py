@@ -81,9 +81,9 @@ def explain(name: str, line: int, theirs: dict, ours: dict, prompt: str, test: s
         module = missing.group(1).split(".")[0]
         if importlib.util.find_spec(module) is not None:
             return (
-                f"environment: {module} is installed here (evalsweep's own dependencies) but "
-                "was not in the reference virtualenv (README: 269 samples import packages it "
-                "lacked)"
+                f"environment: {module} is installed on this machine (the sandbox exposes the "
+                "interpreter's site-packages) but was not in the reference virtualenv (README: "
+                "269 samples import packages it lacked)"
             )
     undefined = re.fullmatch(r"failed: name '(\w+)' is not defined", result)
     if undefined and ours["passed"]:

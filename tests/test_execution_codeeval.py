@@ -81,11 +81,15 @@ def test_the_run_record_says_how_the_samples_were_run(
     tmp_path: Path, problems: list[dict[str, str]], service: ExecutionService
 ) -> None:
     samples = _write_jsonl(tmp_path / "samples.jsonl", _samples(problems[:1]))
-    record = evaluate_samples_file(HUMANEVAL, samples, ks=(1,), service=service, timeout=2.5).run
+    result = evaluate_samples_file(HUMANEVAL, samples, ks=(1,), service=service, timeout=2.5)
+    record = result.run
     assert record.limits.timeout == 2.5
     assert record.workers == 2 and record.samples_run == 2
     assert "seccomp" in record.sandbox.active
     assert record.versions["evalsweep"] and record.python
+    as_json = json.loads(json.dumps(result.as_dict()))
+    assert as_json["pass_at_k"] == {"pass@1": 0.5}
+    assert "user namespace" in as_json["run"]["sandbox"]["active"]
 
 
 @pytest.mark.parametrize(

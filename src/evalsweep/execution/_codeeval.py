@@ -35,7 +35,7 @@ def _fingerprint(problems_path: Path, samples_path: Path, limits: Limits) -> str
     digest = hashlib.sha256()
     for path in (problems_path, samples_path):
         with path.open("rb") as handle:
-            for block in iter(lambda handle=handle: handle.read(1 << 20), b""):
+            while block := handle.read(1 << 20):
                 digest.update(block)
         digest.update(b"\0")
     digest.update(json.dumps(limits.__dict__, sort_keys=True).encode())

@@ -7,9 +7,10 @@ fixed in one place.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 Status = Literal["passed", "failed", "timeout", "error"]
 Language = Literal["python", "javascript", "bash"]
@@ -185,3 +186,11 @@ class CodeEvalResult:
     counts: dict[str, int]
     results_path: str
     run: RunRecord
+
+    def as_dict(self) -> dict[str, Any]:
+        """Plain data for ``--json`` output (pass@k keyed ``"pass@k"``)."""
+        data = dataclasses.asdict(self)
+        data["pass_at_k"] = {f"pass@{k}": value for k, value in self.pass_at_k.items()}
+        data["run"]["sandbox"]["active"] = list(self.run.sandbox.active)
+        data["run"]["sandbox"]["missing"] = list(self.run.sandbox.missing)
+        return data

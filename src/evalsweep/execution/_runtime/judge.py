@@ -93,7 +93,7 @@ def _exception_for(facts: dict[str, Any]) -> BaseException:
     try:
         return cls(message)
     except TypeError:  # exceptions whose constructor wants other arguments
-        fallback = type(name, (Exception, SampleRaised), {"remote_type": name})
+        fallback: type[BaseException] = type(name, (Exception, SampleRaised), {"remote_type": name})
         return fallback(message)
 
 

@@ -192,7 +192,8 @@ def _encode_subclass(value: Any, make_ref: Callable[[Any], Any], depth: int) -> 
         return encode(bytearray(memoryview(value)), make_ref, depth)
     for base in (list, tuple, set, frozenset):
         if isinstance(value, base):
-            return encode(base(base.__iter__(value)), make_ref, depth)
+            iterate: Callable[[Any], Any] = base.__iter__  # the base's own iterator
+            return encode(base(iterate(value)), make_ref, depth)
     if isinstance(value, dict):
         return encode(dict(dict.items(value)), make_ref, depth)
     # numpy scalars (int64, bool_, str_) behave like their Python values under

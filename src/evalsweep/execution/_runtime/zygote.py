@@ -31,10 +31,10 @@ from typing import Any, NoReturn
 
 if __name__ == "__main__":  # loaded by path: make the sibling modules importable
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    from _runtime import jail, linux  # type: ignore[import-not-found]
-    from _runtime.control import receive, send  # type: ignore[import-not-found]
-    from _runtime.judge_role import JudgeRole  # type: ignore[import-not-found]
-    from _runtime.sample_role import SETUP_FAILED, SampleRole  # type: ignore[import-not-found]
+    from _runtime import jail, linux
+    from _runtime.control import receive, send
+    from _runtime.judge_role import JudgeRole
+    from _runtime.sample_role import SETUP_FAILED, SampleRole
 
     del sys.path[0]
 else:
