@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import os
+import shutil
+import subprocess
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -151,3 +155,39 @@ def test_the_unsafe_mode_must_be_asked_for_and_is_reported() -> None:
 def test_unknown_layers_cannot_be_disabled() -> None:
     with pytest.raises(ValueError, match="unknown layers"):
         ExecutionService(disable_layers=("firewall",))
+
+
+UNPRIVILEGED = """
+import json
+from evalsweep.execution import ExecutionRequest, ExecutionService, Limits
+with ExecutionService(workers=1, limits=Limits(timeout=2.0)) as service:
+    report = service.report
+    result = service.run(ExecutionRequest("import os\\nprint(sorted(os.listdir('/')))"))
+print(json.dumps({"missing": report.missing, "verdict": result.verdict.status}))
+"""
+
+
+def test_a_caller_without_root_gets_the_sandbox_through_a_user_namespace(tmp_path: Path) -> None:
+    # The system interpreter, as user nobody: only cgroups need root.
+    python = shutil.which("python3", path="/usr/bin:/bin")
+    setpriv = shutil.which("setpriv")
+    if python is None or setpriv is None:
+        pytest.skip("needs /usr/bin/python3 and setpriv (util-linux) to run as another user")
+    src = Path(__file__).resolve().parents[1] / "src"
+    command = [
+        setpriv,
+        "--reuid=65534",
+        "--regid=65534",
+        "--clear-groups",
+        python,
+        "-c",
+        UNPRIVILEGED,
+    ]
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "PYTHONPATH": str(src)}
+    os.chmod(tmp_path, 0o777)
+    done = subprocess.run(
+        command, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    facts = json.loads(done.stdout.strip().splitlines()[-1])
+    assert facts == {"missing": ["cgroup memory", "cgroup pids"], "verdict": "passed"}

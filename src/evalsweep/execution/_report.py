@@ -109,5 +109,7 @@ def host_paths_to_hide() -> list[str]:
     for path in candidates:
         if any(os.path.commonpath([path, source]) in (path, source) for source in bound):
             continue  # on the way to (or inside) a directory we do bind
+        if path == "/" or os.path.commonpath([path, "/tmp"]) == "/tmp":
+            continue  # in the sandbox /tmp is the sample's own scratch space
         hidden.append(path)
     return hidden[:10]

@@ -57,6 +57,7 @@ class Zygote:
         self.namespaces = False
         self.userns = False
         self.privileged = os.geteuid() == 0
+        self.host_uid = os.getuid()  # before any user namespace renames it
         self.switch_to: tuple[int, int] | None = None
         self.seccomp: linux.SeccompProgram | None = None
         self.sample_seccomp: linux.SeccompProgram | None = None
@@ -165,7 +166,7 @@ class Zygote:
         elif self.privileged:
             self.switch_to = (self.config["uid"], self.config["gid"])
         else:
-            self.note("user namespace", True, f"root inside is host uid {os.getuid()}")
+            self.note("user namespace", True, f"root inside is host uid {self.host_uid}")
         self._finish_setup()
 
     def _finish_setup(self) -> None:
