@@ -41,8 +41,10 @@ def demo_corpus() -> list[str]:
 def train_checkpoints(workdir: Path, steps: tuple[int, ...] = STEPS, seed: int = 0) -> list[Path]:
     """Train one tiny model, saving a checkpoint at each of ``steps``."""
     import torch
+    import transformers
     from transformers import AutoModelForCausalLM
 
+    transformers.logging.set_verbosity_error()
     texts = demo_corpus()
     tokenizer = build_tokenizer(texts, vocab_size=1024)
     first = build_checkpoint(
