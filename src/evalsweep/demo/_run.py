@@ -19,7 +19,7 @@ from rich.console import Console
 from evalsweep.demo._build import build_checkpoint, build_tokenizer
 
 DATA = Path(__file__).parent / "data"
-STEPS = (0, 80, 200)
+STEPS = (0, 50, 150)
 
 
 def demo_corpus() -> list[str]:
