@@ -23,9 +23,12 @@ and versions.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime as dt
+import json
 import os
 import shlex
+import shutil
 import sys
 import tempfile
 import time
@@ -154,6 +157,11 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--data-dir", type=Path, default=DEFAULT_DATA_DIR)
     parser.add_argument("--work-dir", type=Path, default=None, help="default: a temp dir")
     parser.add_argument("--no-results-md", action="store_true", help="don't append RESULTS.md")
+    parser.add_argument(
+        "--resume",
+        action="store_true",
+        help="reuse the successful runs an interrupted invocation measured in --work-dir",
+    )
     return parser.parse_args(argv)
 
 
@@ -183,7 +191,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 ckpt, PREFIX + task, include, out, limit=limits[task],
                 num_fewshot=args.num_fewshot, batch_size=bs,
             )  # fmt: skip
-            measured = run_measured(cmd, work / f"lm_eval-{task}-bs{bs}.log")
+            measured = measure(cmd, work, f"lm_eval-{task}-bs{bs}", [out], args.resume)
             _report(f"lm-eval {task} batch {bs}", measured)
             lm[task][bs] = measured
             if task == "mmlu" and not mmlu_samples and measured.returncode == 0:
@@ -192,7 +200,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             [ckpt], task, data_dir, work / f"evalsweep-{task}", store=work / f"store-{task}.db",
             limit=limits[task], num_fewshot=args.num_fewshot, batch_size=args.evalsweep_batch_size,
         )  # fmt: skip
-        es[task] = run_measured(cmd, work / f"evalsweep-{task}.log")
+        fresh = [work / f"evalsweep-{task}", work / f"store-{task}.db"]
+        es[task] = measure(cmd, work, f"evalsweep-{task}", fresh, args.resume)
         _report(f"evalsweep {task}", es[task])
 
     floor = None
@@ -214,6 +223,30 @@ def main(argv: Sequence[str] | None = None) -> int:
         m.returncode for runs in lm.values() for m in runs.values()
     )
     return 1 if failed else 0
+
+
+def measure(
+    cmd: Sequence[str], work: Path, name: str, outputs: Sequence[Path], resume: bool
+) -> Measured:
+    """Run and time ``cmd``, or with ``resume`` reuse a successful earlier measurement.
+
+    Outputs of an earlier attempt (result folders, the evalsweep store) are deleted
+    before running, so neither harness can reuse work and logged samples don't mix.
+    """
+    saved = work / f"{name}.measured.json"
+    if resume and saved.exists():
+        measured = Measured(**json.loads(saved.read_text()))
+        if measured.returncode == 0:
+            print(f"(reusing {saved.name})")
+            return measured
+    for path in outputs:
+        if path.is_dir():
+            shutil.rmtree(path)
+        elif path.exists():
+            path.unlink()
+    measured = run_measured(cmd, work / f"{name}.log")
+    saved.write_text(json.dumps(dataclasses.asdict(measured)))
+    return measured
 
 
 def _report(label: str, measured: Measured) -> None:
