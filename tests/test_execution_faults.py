@@ -65,3 +65,24 @@ def test_slices_keep_order_and_stay_under_the_transfer_limit() -> None:
     for piece in slices:
         assert sum(len(request.program) for _, request in piece) <= MAX_TRANSFER_BYTES
     assert len(make_slices(requests, max_items=5)) == 3
+
+
+def test_a_failing_callback_stops_the_batch_instead_of_running_it_all() -> None:
+    with ExecutionService(workers=2, limits=Limits(timeout=5.0)) as service:
+        slow = [ExecutionRequest("import time\ntime.sleep(0.2)\n") for _ in range(40)]
+        seen: list[int] = []
+
+        def stop_at_the_first(index: int, _result: object) -> None:
+            seen.append(index)
+            raise RuntimeError("the caller gave up")
+
+        started = time.monotonic()
+        try:
+            service.run_many(slow, on_result=stop_at_the_first)
+        except RuntimeError as error:
+            assert str(error) == "the caller gave up"
+        else:
+            raise AssertionError("the callback's error was swallowed")
+        assert len(seen) == 1
+        assert time.monotonic() - started < 2.0  # not 40 x 0.2 s / 2 workers
+        assert service.run(ExecutionRequest("print(1)", expected_stdout="1\n")).verdict.passed

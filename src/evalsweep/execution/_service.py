@@ -109,6 +109,16 @@ class _Job:
     lock: threading.Lock
     finished: int = 0
     failure: BaseException | None = None
+    cancelled: bool = False
+
+    def is_cancelled(self) -> bool:
+        return self.cancelled
+
+    def cancel(self, failure: BaseException | None = None) -> None:
+        """Stop the job: queued slices are skipped, samples in flight finish unseen."""
+        self.failure = self.failure or failure
+        self.cancelled = True
+        self.done.set()
 
 
 class ExecutionService:
@@ -257,6 +267,13 @@ class ExecutionService:
     def close(self) -> None:
         if not self._started:
             return
+        while True:  # slices nobody waits for any more
+            try:
+                task = self._jobs.get_nowait()
+            except queue.Empty:
+                break
+            if task is not None:
+                task[0].cancel()
         for _ in self._threads:
             self._jobs.put(None)
         for thread in self._threads:
@@ -300,7 +317,11 @@ class ExecutionService:
         per_slice = slice_items or max(1, min(_SLICE_ITEMS, len(requests) // (self.workers * 4)))
         for piece in make_slices(list(enumerate(requests)), per_slice):
             self._jobs.put((job, piece))
-        job.done.wait()
+        try:
+            job.done.wait()
+        except BaseException:  # e.g. KeyboardInterrupt: stop the workers too
+            job.cancel()
+            raise
         if job.failure is not None:
             raise job.failure
         return [result for result in results if result is not None]
@@ -311,19 +332,24 @@ class ExecutionService:
             if task is None:
                 return
             job, piece = task
+            if job.cancelled:
+                continue
 
             def emit(index: int, result: ExecutionResult, job: _Job = job) -> None:
                 with job.lock:
+                    if job.cancelled:
+                        return
                     try:
                         job.emit(index, result)
                     except BaseException as error:  # the caller's callback failed
-                        job.failure = job.failure or error
+                        job.cancel(error)
+                        return
                     job.finished += 1
                     if job.finished == job.total:
                         job.done.set()
 
             try:
-                worker.run_slice(piece, emit)
+                worker.run_slice(piece, emit, should_stop=job.is_cancelled)
             except BaseException as error:  # the worker cannot be restarted
                 lost = Verdict("error", "worker lost", f"{type(error).__name__}: {error}")
                 for index, request in piece:

@@ -184,11 +184,22 @@ class Worker:
 
     # -- running -----------------------------------------------------------------------------
 
-    def run_slice(self, items: list[tuple[int, ExecutionRequest]], emit: Emit) -> None:
-        """Run ``items`` in order, calling ``emit`` as each result is known."""
+    def run_slice(
+        self,
+        items: list[tuple[int, ExecutionRequest]],
+        emit: Emit,
+        should_stop: Callable[[], bool] = lambda: False,
+    ) -> None:
+        """Run ``items`` in order, calling ``emit`` as each result is known.
+
+        Once ``should_stop()`` is true no new sample starts; the ones already
+        sent to the zygotes are still collected, to keep the channel in step.
+        """
         queue = collections.deque(items)
         inflight: collections.deque[_Flight] = collections.deque()
         while queue or inflight:
+            if should_stop():
+                queue.clear()
             while queue and len(inflight) < _PIPELINE_DEPTH:
                 index, request = queue.popleft()
                 refusal = self._refusal(request)
