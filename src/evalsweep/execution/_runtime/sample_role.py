@@ -172,7 +172,7 @@ class SampleRole:
             return "/tmp"
         import tempfile  # only without namespaces: not worth a place in every fork
 
-        path = tempfile.mkdtemp(prefix="evalsweep-scratch-")
+        path = tempfile.mkdtemp(prefix="sample-", dir=self._zygote.config["scratch_parent"])
         if self._zygote.switch_to is not None:
             os.chown(path, *self._zygote.switch_to)
         self._scratch_dir = path
