@@ -495,6 +495,27 @@ def list_tasks_command(as_json: bool) -> None:
 
 
 @main.command()
+@click.option("--kind", help="Only entries of this kind (command, approval, refusal...).")
+@click.option("--target", help="Only entries for this target.")
+@store_option
+@click.option("--json", "as_json", is_flag=True, help="Print the entries as JSON.")
+@click.option("--debug", is_flag=True, help="Show tracebacks.")
+@user_errors
+def audit(
+    kind: str | None, target: str | None, store: Path | None, as_json: bool, debug: bool
+) -> None:
+    """The audit log: every command sent to a target, every approval and refusal."""
+    from evalsweep.report import render_audit
+
+    with _open_existing_store(store) as results_store:
+        entries = results_store.audit_entries(kind=kind, target=target)
+    if as_json:
+        click.echo(json.dumps(entries, indent=2))
+        return
+    stdout.print(render_audit(entries))
+
+
+@main.command()
 @click.option(
     "--workdir",
     type=click.Path(file_okay=False, path_type=Path),

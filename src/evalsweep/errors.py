@@ -35,3 +35,11 @@ class StoreError(EvalsweepError):
 
 class ComparisonError(EvalsweepError):
     """Results cannot be compared (different settings, missing baseline)."""
+
+
+class ConfigError(EvalsweepError):
+    """The person's configuration file is missing a value or malformed."""
+
+
+class TargetError(EvalsweepError):
+    """A compute target is unknown, unreachable or refused the work."""

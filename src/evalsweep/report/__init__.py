@@ -3,6 +3,7 @@
 Everything here reads finished results; nothing here computes a score.
 """
 
+from evalsweep.report._audit import render_audit
 from evalsweep.report._document import results_document, sample_lines, write_outputs, write_text
 from evalsweep.report._flips import render_flips
 from evalsweep.report._html import render_html, write_html
@@ -13,6 +14,7 @@ from evalsweep.report._table import display_names, render_subject_table, render_
 __all__ = [
     "RichProgress",
     "display_names",
+    "render_audit",
     "render_flips",
     "render_html",
     "render_markdown",

@@ -52,6 +52,17 @@ CREATE TABLE IF NOT EXISTS runs (
     created  REAL NOT NULL,
     document TEXT NOT NULL
 );
+CREATE TABLE IF NOT EXISTS audit (
+    id           INTEGER PRIMARY KEY AUTOINCREMENT,
+    kind         TEXT NOT NULL,
+    target       TEXT,
+    text         TEXT NOT NULL,
+    started      REAL NOT NULL,
+    ended        REAL,
+    exit_code    INTEGER,
+    output_bytes INTEGER,
+    detail       TEXT NOT NULL
+);
 """
 
 
@@ -237,6 +248,92 @@ class Store:
     def runs(self) -> list[dict[str, Any]]:
         cursor = self._conn.execute("SELECT document FROM runs ORDER BY created")
         return [json.loads(row[0]) for row in cursor]
+
+    def ensure_tables(self, schema: str) -> None:
+        """Create another package's tables (``CREATE TABLE IF NOT EXISTS ...``) in this file.
+
+        Packages such as ``agent`` and ``compute`` keep their state here too, so
+        one file holds results, jobs and the audit log; their tables are additive
+        and do not change the schema version.
+        """
+        try:
+            self._conn.executescript(schema)
+        except sqlite3.Error as exc:
+            raise StoreError(f"cannot create tables in results store {self.path}: {exc}") from exc
+
+    @property
+    def connection(self) -> sqlite3.Connection:
+        """The SQLite connection, for packages that keep their own tables here."""
+        return self._conn
+
+    def audit_begin(
+        self,
+        kind: str,
+        text: str,
+        *,
+        target: str | None = None,
+        detail: dict[str, Any] | None = None,
+    ) -> int:
+        """Record that something starts (a command on a target, an approval asked...).
+
+        Written before the thing runs, so a crash still leaves its exact text behind.
+        Returns the entry's id for ``audit_end``.
+        """
+        with self._conn:
+            cursor = self._conn.execute(
+                "INSERT INTO audit (kind, target, text, started, detail) VALUES (?, ?, ?, ?, ?)",
+                (kind, target, text, time.time(), json.dumps(detail or {}, default=str)),
+            )
+        return int(cursor.lastrowid or 0)
+
+    def audit_end(self, entry: int, exit_code: int | None, output_bytes: int | None) -> None:
+        with self._conn:
+            self._conn.execute(
+                "UPDATE audit SET ended = ?, exit_code = ?, output_bytes = ? WHERE id = ?",
+                (time.time(), exit_code, output_bytes, entry),
+            )
+
+    def audit_event(
+        self,
+        kind: str,
+        text: str,
+        *,
+        target: str | None = None,
+        detail: dict[str, Any] | None = None,
+    ) -> int:
+        """Record a one-off event (an approval, a refusal): started and ended at once."""
+        now = time.time()
+        with self._conn:
+            cursor = self._conn.execute(
+                "INSERT INTO audit (kind, target, text, started, ended, detail) "
+                "VALUES (?, ?, ?, ?, ?, ?)",
+                (kind, target, text, now, now, json.dumps(detail or {}, default=str)),
+            )
+        return int(cursor.lastrowid or 0)
+
+    def audit_entries(
+        self, *, kind: str | None = None, target: str | None = None, since: float | None = None
+    ) -> list[dict[str, Any]]:
+        """The audit log, oldest first, optionally filtered."""
+        query = "SELECT id, kind, target, text, started, ended, exit_code, output_bytes, detail "
+        query += "FROM audit WHERE 1=1"
+        args: list[Any] = []
+        if kind:
+            query += " AND kind = ?"
+            args.append(kind)
+        if target:
+            query += " AND target = ?"
+            args.append(target)
+        if since is not None:
+            query += " AND started >= ?"
+            args.append(since)
+        names = ("id", "kind", "target", "text", "started", "ended", "exit_code", "output_bytes")
+        entries = []
+        for row in self._conn.execute(query + " ORDER BY id", args):
+            entry = dict(zip(names, row[:8], strict=True))
+            entry["detail"] = json.loads(row[8])
+            entries.append(entry)
+        return entries
 
     def load_run(self, run_id: str) -> dict[str, Any]:
         row = self._conn.execute("SELECT document FROM runs WHERE run_id = ?", (run_id,)).fetchone()
