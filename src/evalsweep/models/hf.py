@@ -429,6 +429,7 @@ class HFBackend:
                     input_ids=ids.to(device),
                     attention_mask=mask.to(device),
                     position_ids=positions.to(device),
+                    past_key_values=_reserved_cache(max_new),
                     use_cache=True,
                     logits_to_keep=1,
                 )
@@ -437,10 +438,14 @@ class HFBackend:
                 if seeds is not None:
                     generators = [torch.Generator().manual_seed(seed) for seed in seeds]
                 next_tokens = self._pick(out.logits[:, -1], temperature, generators, alive)
-                # Additive mask over (pad, context, generated) keys for one query position.
+                # Additive mask over (pad, context, generated) keys for one query
+                # position, allocated once at full length; each step passes a view.
                 blocked = torch.finfo(self.dtype).min
-                additive = torch.zeros((rows, 1, 1, longest), dtype=self.dtype, device=device)
-                additive[mask.to(device)[:, None, None, :] == 0] = blocked
+                additive = torch.zeros(
+                    (rows, 1, 1, longest + max_new), dtype=self.dtype, device=device
+                )
+                additive[:, :, :, :longest][mask.to(device)[:, None, None, :] == 0] = blocked
+                width = longest
                 last = positions[:, -1].to(device)
                 for step in range(max_new):
                     done = []
@@ -460,12 +465,11 @@ class HFBackend:
                             next_tokens[index],
                         )
                         alive = [alive[j] for j in keep]
-                    zeros = torch.zeros((len(alive), 1, 1, 1), dtype=self.dtype, device=device)
-                    additive = torch.cat([additive, zeros], dim=-1)
+                    width += 1
                     last = last + 1
                     out = self.model(
                         input_ids=next_tokens[:, None],
-                        attention_mask=additive,
+                        attention_mask=additive[..., :width],
                         position_ids=last[:, None],
                         past_key_values=cache,
                         use_cache=True,
@@ -505,6 +509,57 @@ class HFBackend:
         if configured is None:
             configured = self.tokenizer.eos_token_id
         return set(configured) if isinstance(configured, list) else {int(configured)}
+
+
+def _reserved_cache(reserve: int) -> Any:
+    """A key/value cache that reserves room for ``reserve`` more positions per layer.
+
+    transformers' ``DynamicCache`` grows with ``torch.cat``, copying every layer's
+    whole cache at each decoding step: on CPU that copy cost more than the model.
+    This one writes each step into preallocated room and hands attention a view.
+    """
+    from transformers.cache_utils import Cache, DynamicCache, DynamicLayer
+
+    class ReservedLayer(DynamicLayer):
+        def update(self, key_states: Any, value_states: Any, cache_kwargs: Any = None) -> Any:
+            if not self.is_initialized:
+                self.lazy_initialization(key_states)
+                self.filled = 0
+                self.key_room = _room(key_states, key_states.shape[-2] + reserve)
+                self.value_room = _room(value_states, value_states.shape[-2] + reserve)
+            end = self.filled + key_states.shape[-2]
+            if end > self.key_room.shape[-2]:
+                self.key_room = _grown(self.key_room, self.filled, end + reserve)
+                self.value_room = _grown(self.value_room, self.filled, end + reserve)
+            self.key_room[..., self.filled : end, :] = key_states
+            self.value_room[..., self.filled : end, :] = value_states
+            self.filled = end
+            self.keys = self.key_room[..., :end, :]
+            self.values = self.value_room[..., :end, :]
+            return self.keys, self.values
+
+        def batch_select_indices(self, indices: Any) -> None:
+            if self.is_initialized:
+                self.key_room = self.key_room[indices, ...]
+                self.value_room = self.value_room[indices, ...]
+                self.keys = self.key_room[..., : self.filled, :]
+                self.values = self.value_room[..., : self.filled, :]
+
+    class ReservedCache(DynamicCache):
+        def __init__(self) -> None:
+            Cache.__init__(self, layer_class_to_replicate=ReservedLayer)
+
+    return ReservedCache()
+
+
+def _room(states: Any, length: int) -> Any:
+    return states.new_empty((*states.shape[:-2], length, states.shape[-1]))
+
+
+def _grown(room: Any, filled: int, length: int) -> Any:
+    bigger = _room(room, length)
+    bigger[..., :filled, :] = room[..., :filled, :]
+    return bigger
 
 
 class _OutOfMemory(Exception):
