@@ -405,18 +405,17 @@ class HFBackend:
     ) -> list[str]:
         """Greedy decoding of a left-padded batch; each row stops at its own stop string.
 
-        A hand-written loop rather than ``model.generate``: rows that finish leave
-        the batch at once (their cache rows are dropped), and the attention mask is
-        kept as a ready 4-D additive mask so no step rebuilds it.
+        A hand-written loop rather than ``model.generate``: prompts are prefilled
+        one by one into a cache with room reserved for the answer, rows that finish
+        leave the batch at once (their cache rows are dropped), and the attention
+        mask is kept as a ready 4-D additive mask so no step rebuilds it.
         """
         torch = self.torch
         device = self.device
         rows = len(contexts)
         longest = max(len(c) for c in contexts)
-        ids = torch.full((rows, longest), self.tokenizer.pad_token_id, dtype=torch.long)
         mask = torch.zeros((rows, longest), dtype=torch.long)
         for row, tokens in enumerate(contexts):
-            ids[row, longest - len(tokens) :] = torch.tensor(tokens, dtype=torch.long)
             mask[row, longest - len(tokens) :] = 1
         positions = (mask.cumsum(-1) - 1).clamp(min=0)
         tail = max(len(self.tokenizer.encode(s, add_special_tokens=False)) for s in stops) + 2
@@ -425,19 +424,11 @@ class HFBackend:
         alive = list(range(rows))
         try:
             with torch.inference_mode():
-                out = self.model(
-                    input_ids=ids.to(device),
-                    attention_mask=mask.to(device),
-                    position_ids=positions.to(device),
-                    past_key_values=_reserved_cache(max_new),
-                    use_cache=True,
-                    logits_to_keep=1,
-                )
-                cache = out.past_key_values
+                cache, first_logits = self._prefill(contexts, longest, max_new)
                 generators = None
                 if seeds is not None:
                     generators = [torch.Generator().manual_seed(seed) for seed in seeds]
-                next_tokens = self._pick(out.logits[:, -1], temperature, generators, alive)
+                next_tokens = self._pick(first_logits, temperature, generators, alive)
                 # Additive mask over (pad, context, generated) keys for one query
                 # position, allocated once at full length; each step passes a view.
                 blocked = torch.finfo(self.dtype).min
@@ -487,6 +478,26 @@ class HFBackend:
                     text = text.split(stop)[0]
             texts.append(text)
         return texts
+
+    def _prefill(self, contexts: list[list[int]], longest: int, max_new: int) -> Any:
+        """Run each prompt alone, then lay the caches out as one left-padded batch.
+
+        A prompt alone needs no padding and no attention mask, so attention takes
+        torch's causal fast path and never builds a (rows x length x length) score
+        matrix or mask: the batched prefill's memory peak is gone and no compute is
+        spent on padding. Each row's keys and values go right-aligned into the
+        reserved batch cache, where decoding's additive mask hides the padding.
+        """
+        torch = self.torch
+        cache = _reserved_cache(max_new)
+        logits = []
+        for row, tokens in enumerate(contexts):
+            ids = torch.tensor([tokens], dtype=torch.long, device=self.device)
+            out = self.model(input_ids=ids, use_cache=True, logits_to_keep=1)
+            logits.append(out.logits[0, -1])
+            for layer, (keys, values) in enumerate(_cache_tensors(out.past_key_values)):
+                cache.place(layer, row, len(contexts), longest, keys, values)
+        return cache, torch.stack(logits)
 
     def _pick(self, logits: Any, temperature: float, generators: Any, alive: list[int]) -> Any:
         """Greedy, or one draw per row from its own seeded generator (batch-independent)."""
@@ -545,9 +556,32 @@ def _reserved_cache(reserve: int) -> Any:
                 self.keys = self.key_room[..., : self.filled, :]
                 self.values = self.value_room[..., : self.filled, :]
 
+        def place(self, row: int, rows: int, longest: int, keys: Any, values: Any) -> None:
+            """Put one prompt's keys and values right-aligned into row ``row``."""
+            if not self.is_initialized:
+                self.lazy_initialization(keys)
+                self.filled = longest
+                shape = (rows, keys.shape[1], longest + reserve, keys.shape[-1])
+                # Zeros, not empty: padded positions are masked, but a NaN there
+                # would still turn the weighted sum into NaN.
+                self.key_room = keys.new_zeros(shape)
+                self.value_room = values.new_zeros((*shape[:-1], values.shape[-1]))
+                self.keys = self.key_room[..., :longest, :]
+                self.values = self.value_room[..., :longest, :]
+            length = keys.shape[-2]
+            self.key_room[row, :, longest - length : longest] = keys[0]
+            self.value_room[row, :, longest - length : longest] = values[0]
+
     class ReservedCache(DynamicCache):
         def __init__(self) -> None:
             Cache.__init__(self, layer_class_to_replicate=ReservedLayer)
+
+        def place(
+            self, layer: int, row: int, rows: int, longest: int, keys: Any, values: Any
+        ) -> None:
+            while len(self.layers) <= layer:
+                self.layers.append(ReservedLayer())
+            self.layers[layer].place(row, rows, longest, keys, values)
 
     return ReservedCache()
 
