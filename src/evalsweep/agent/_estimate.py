@@ -133,9 +133,12 @@ def throughput(
     )
 
 
-def estimated_seconds(work: Work, tokens_per_second: float) -> float:
+def estimated_seconds(work: Work, tokens_per_second: float, settings: AgentSettings) -> float:
+    """Start-up, one load per checkpoint, then the tokens at ``tokens_per_second``."""
+    startup = settings.throughput.get("startup_s", STARTUP_S)
+    per_checkpoint = settings.throughput.get("per_checkpoint_s", PER_CHECKPOINT_S)
     compute = work.tokens / max(tokens_per_second, 1e-9)
-    return STARTUP_S + PER_CHECKPOINT_S * len(work.identities) + compute
+    return startup + per_checkpoint * len(work.identities) + compute
 
 
 def progress(store: Store, plan: list[dict[str, Any]]) -> tuple[int, int]:

@@ -139,7 +139,7 @@ class Jobs:
         deadline = now + self._allowed_seconds(connection, quote.hourly_rate)
         audit_id = self.store.audit_begin(
             "command",
-            shlex.join(command),
+            self.secrets.redact(shlex.join(command)),
             target=quote.target,
             detail={"job": job_id, "quote": quote.quote_id, "connection": connection},
         )
@@ -157,7 +157,7 @@ class Jobs:
                     quote.target,
                     json.dumps(params),
                     json.dumps(plan),
-                    shlex.join(command),
+                    self.secrets.redact(shlex.join(command)),
                     str(out_dir),
                     str(log_path),
                     now,
@@ -178,7 +178,7 @@ class Jobs:
         secret_values = self.secrets.environment()
         env.update(secret_values)
         env[REDACT_ENV] = ",".join(sorted(secret_values))
-        log_path.write_bytes(f"$ {shlex.join(command)}\n".encode())
+        log_path.write_bytes(f"$ {self.secrets.redact(shlex.join(command))}\n".encode())
         try:
             child = subprocess.Popen(
                 supervisor,

@@ -355,7 +355,7 @@ def build_server(
         rate = state.rate(target)
         kind = work.device_type if info.kind == "local" else ("cuda" if gpu else "cpu")
         tps, source = throughput(state.store, state.settings, target, kind)
-        seconds = estimated_seconds(work, tps)
+        seconds = estimated_seconds(work, tps, state.settings)
         cost = rate * seconds / 3600.0
         max_cost = rate * state.settings.max_job_hours
         needs = state.needs_approval(target, rate)
