@@ -124,6 +124,10 @@ async def test_stdio_sweep_survives_restart_and_never_shows_the_canary(
             seen,
         )
         assert again["comparisons"][0]["verdict"] == comparison["verdict"]
+        # Quoting the same sweep again: nothing left to compute, and a measured throughput.
+        requote = payload(await client.call_tool("quote_sweep", args), seen)
+        assert requote["work_to_do"] == 0 and requote["checkpoint_loads"] == 0
+        assert requote["throughput_source"] == "measured by the last 1 jobs on local"
 
     audit = subprocess.run(
         [sys.executable, "-m", "evalsweep", "audit", "--store", str(store_path), "--json"],

@@ -37,7 +37,7 @@ from evalsweep.store import Store
 
 COLUMNS = (
     "job_id, quote_id, connection, target, params, plan, argv, out_dir, log_path, pid, "
-    "pid_start, status, reason, exit_code, started, ended, deadline, tokens, audit_id"
+    "pid_start, status, reason, exit_code, started, ended, deadline, work, loads, audit_id"
 )
 KILL_GRACE_S = 10.0
 
@@ -117,7 +117,8 @@ class Jobs:
         store_path: Path,
         data_dir: str | None,
         plan: list[dict[str, Any]],
-        tokens: int,
+        work: float,
+        loads: int,
     ) -> str:
         """Start the quoted sweep detached; returns the job id at once."""
         params = quote.params
@@ -149,7 +150,8 @@ class Jobs:
         with self.store.connection:
             self.store.connection.execute(
                 f"INSERT INTO agent_jobs ({COLUMNS}) VALUES "
-                "(?, ?, ?, ?, ?, ?, ?, ?, ?, NULL, NULL, 'running', NULL, NULL, ?, NULL, ?, ?, ?)",
+                "(?, ?, ?, ?, ?, ?, ?, ?, ?, NULL, NULL, 'running', NULL, NULL, "
+                "?, NULL, ?, ?, ?, ?)",
                 (
                     job_id,
                     quote.quote_id,
@@ -162,7 +164,8 @@ class Jobs:
                     str(log_path),
                     now,
                     deadline,
-                    tokens,
+                    work,
+                    loads,
                     audit_id,
                 ),
             )

@@ -58,7 +58,13 @@ class QuoteOut(BaseModel):
     requests: int = 0
     prompt_tokens: int = 0
     max_generated_tokens: int = 0
-    throughput_tokens_per_s: float = 0.0
+    work_to_do: float = Field(
+        0.0, description="Work the store does not hold yet, in billion-parameter tokens"
+    )
+    checkpoint_loads: int = 0
+    throughput_tokens_per_s: float = Field(
+        0.0, description="Tokens per second of a 1-billion-parameter model on this hardware"
+    )
     throughput_source: str = ""
 
 

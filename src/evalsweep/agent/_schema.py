@@ -45,7 +45,8 @@ CREATE TABLE IF NOT EXISTS agent_jobs (
     started     REAL NOT NULL,
     ended       REAL,
     deadline    REAL NOT NULL,
-    tokens      INTEGER NOT NULL,
+    work        REAL NOT NULL,
+    loads       INTEGER NOT NULL,
     audit_id    INTEGER
 );
 CREATE TABLE IF NOT EXISTS agent_ledger (

@@ -43,7 +43,7 @@ from evalsweep.agent._approvals import (
     iso,
     refuse,
 )
-from evalsweep.agent._estimate import estimated_seconds, plan_work, throughput
+from evalsweep.agent._estimate import estimated_seconds, plan_work, remaining_work, throughput
 from evalsweep.agent._jobs import Jobs
 from evalsweep.agent._lifecycle import ACTIONS, AuditedRunner, LifecycleTarget
 from evalsweep.agent._models import (
@@ -355,7 +355,8 @@ def build_server(
         rate = state.rate(target)
         kind = work.device_type if info.kind == "local" else ("cuda" if gpu else "cpu")
         tps, source = throughput(state.store, state.settings, target, kind)
-        seconds = estimated_seconds(work, tps, state.settings)
+        todo, loads = remaining_work(state.store, work.plan)
+        seconds = estimated_seconds(todo, loads, tps, state.settings)
         cost = rate * seconds / 3600.0
         max_cost = rate * state.settings.max_job_hours
         needs = state.needs_approval(target, rate)
@@ -373,6 +374,8 @@ def build_server(
                 "prompt_tokens": work.prompt_tokens,
                 "max_generated_tokens": work.max_generated_tokens,
                 "tokens": work.tokens,
+                "work_to_do": todo,
+                "checkpoint_loads": loads,
                 "plan": work.plan,
                 "tasks": work.tasks,
                 "throughput": tps,
@@ -416,6 +419,8 @@ def build_server(
             requests=int(p.get("requests", 0)),
             prompt_tokens=int(p.get("prompt_tokens", 0)),
             max_generated_tokens=int(p.get("max_generated_tokens", 0)),
+            work_to_do=round(float(p.get("work_to_do", 0.0)), 6),
+            checkpoint_loads=int(p.get("checkpoint_loads", 0)),
             throughput_tokens_per_s=round(float(p.get("throughput", 0.0)), 1),
             throughput_source=str(p.get("throughput_source", "")),
         )
@@ -485,13 +490,15 @@ def build_server(
             current_hash=params_hash(now_params),
             used_by="start_sweep",
         )
+        todo, loads = remaining_work(store, work.plan)
         job_id = state.jobs.start(
             quote,
             connection,
             store_path=state.store_path,
             data_dir=q["data_dir"],
             plan=work.plan,
-            tokens=work.tokens,
+            work=todo,
+            loads=loads,
         )
         return JobStarted(
             job_id=job_id,

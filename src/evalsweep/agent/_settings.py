@@ -16,9 +16,11 @@ from evalsweep.errors import ConfigError
 #: No tool result is ever larger than this, whatever the configuration says.
 HARD_RESULT_CAP = 1_000_000
 
-#: Rough prompt-token throughput (tokens per second) of a ~1B-parameter model, by
-#: hardware kind, used until a finished job on the target has measured its own.
-DEFAULT_THROUGHPUT = {"cpu": 1_500.0, "cuda": 40_000.0}
+#: Tokens per second of a 1-billion-parameter model, by hardware kind, used until a
+#: finished job on the target has measured its own. cpu: measured by
+#: benchmarks/agent_estimate.py on a shared 2-CPU VM (50-62); cuda: not measured here
+#: (no GPU was available), a rough figure for one H100-class GPU in bf16.
+DEFAULT_THROUGHPUT = {"cpu": 60.0, "cuda": 40_000.0}
 
 
 @dataclass(frozen=True)
