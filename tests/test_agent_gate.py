@@ -24,7 +24,7 @@ import pytest
 from mcp import Client
 from mcp.types import ElicitResult
 
-from evalsweep.agent import AuditedRunner, LifecycleTarget, build_server
+from evalsweep.agent import AgentSettings, AuditedRunner, LifecycleTarget, build_server
 from evalsweep.compute import TargetInfo
 from evalsweep.store import Store
 
@@ -397,3 +397,25 @@ async def test_lifecycle_actions_need_an_approved_quote_for_that_action(
 @pytest.fixture
 def anyio_backend() -> str:
     return "asyncio"
+
+
+@pytest.mark.anyio
+async def test_results_are_capped_and_logs_page_within_the_cap(
+    agent_env: Path, store_path: Path, gpt2_a: Path
+) -> None:
+    assert AgentSettings.from_config({"limits": {"max_result_bytes": 5e6}}).max_result_bytes == (
+        1_000_000
+    )
+    async with Client(build_server(store_path, config={"limits": {"max_result_bytes": 1000}})) as c:
+        text = error_text(await c.call_tool("quote_sweep", sweep_args(gpt2_a)))
+        assert "exceeds the 1000-byte cap" in text
+    async with Client(build_server(store_path, config={"limits": {"max_result_bytes": 4000}})) as c:
+        quote = result(await c.call_tool("quote_sweep", sweep_args(gpt2_a)))
+        job = result(await c.call_tool("start_sweep", {"quote_id": quote["quote_id"]}))["job_id"]
+        assert (await wait_for_end(c, job))["status"] == "finished"
+        page = result(await c.call_tool("job_logs", {"job_id": job, "max_bytes": 10**6}))
+        assert 0 < len(page["text"].encode()) <= 1000 and not page["eof"]
+        log = (store_path.parent / "evalsweep-jobs" / job / "log.txt").read_bytes()
+        assert page["text"].encode() == log[: page["next_offset"]]
+        beyond = {"job_id": job, "offset": len(log) + 1}
+        assert "outside the log" in error_text(await c.call_tool("job_logs", beyond))

@@ -104,9 +104,11 @@ class Jobs:
             query += " AND j.connection = ?"
             args.append(connection)
         now = time.time()
-        return sum(
-            max(cost - rate * (now - started) / 3600.0, 0.0)
-            for cost, rate, started in self.store.connection.execute(query, args)
+        return float(
+            sum(
+                max(cost - rate * (now - started) / 3600.0, 0.0)
+                for cost, rate, started in self.store.connection.execute(query, args)
+            )
         )
 
     def start(
@@ -294,7 +296,7 @@ class Jobs:
         text = chunk[:cut].decode(errors="replace")
         return self.secrets.redact(text), offset + cut, size
 
-    def list(self, limit: int = 50) -> list[dict[str, Any]]:
+    def recent(self, limit: int = 50) -> list[dict[str, Any]]:
         rows = self.store.connection.execute(
             "SELECT job_id FROM agent_jobs ORDER BY started DESC LIMIT ?", (limit,)
         ).fetchall()
@@ -353,44 +355,35 @@ class Jobs:
                 self.cancel(job_id, status="stopped", reason="deadline reached")
                 messages.append(f"{job_id}: deadline reached")
         ledger.charge(self.store)
+        while (over := self._over_limit()) is not None:
+            (item, kind, _conn, target, _rate, _started), why = over
+            if kind == "job":
+                self.cancel(item, status="stopped", reason=why)
+            elif stop_machine is not None:
+                stop_machine(target, why)
+            ledger.close_item(self.store, item)
+            messages.append(f"{item}: stopped, {why}")
+        return messages
+
+    def _over_limit(self) -> tuple[tuple[str, str, str, str, float, float], str] | None:
+        """The newest priced item to stop, when spend would cross a limit before the next tick."""
         s = self.settings
         ahead = 1.5 * s.watchdog_interval_s / 3600.0
         since = time.time() - s.global_window_days * 86400
-        while True:
-            items = ledger.open_items(self.store)
-            over = None
-            if (
-                items
-                and ledger.spent(self.store, since=since) + ahead * ledger.running_rate(self.store)
-                > s.global_usd
-                and any(i[4] > 0 for i in items)
+        priced = [i for i in ledger.open_items(self.store) if i[4] > 0]
+        if not priced:
+            return None
+        projected = ledger.spent(self.store, since=since)
+        if projected + ahead * ledger.running_rate(self.store) > s.global_usd:
+            return priced[0], f"global spend limit (${s.global_usd:.2f})"
+        for item in priced:  # newest first
+            conn = item[2]
+            projected = ledger.spent(self.store, connection=conn)
+            if projected + ahead * ledger.running_rate(self.store, connection=conn) > (
+                s.per_connection_usd
             ):
-                over = next(i for i in items if i[4] > 0), "global spend limit"
-            else:
-                for item in items:
-                    conn = item[2]
-                    if (
-                        item[4] > 0
-                        and ledger.spent(self.store, connection=conn)
-                        + ahead * ledger.running_rate(self.store, connection=conn)
-                        > s.per_connection_usd
-                    ):
-                        over = item, "per-connection spend limit"
-                        break
-            if over is None:
-                return messages
-            (item, kind, _conn, target, _rate, _started), why = over
-            limit_text = (
-                f"{why} (${s.global_usd:.2f})"
-                if why.startswith("global")
-                else f"{why} (${s.per_connection_usd:.2f})"
-            )
-            if kind == "job":
-                self.cancel(item, status="stopped", reason=limit_text)
-            elif stop_machine is not None:
-                stop_machine(target, limit_text)
-            ledger.close_item(self.store, item)
-            messages.append(f"{item}: stopped, {limit_text}")
+                return item, f"per-connection spend limit (${s.per_connection_usd:.2f})"
+        return None
 
 
 def _start_time(pid: int) -> str | None:

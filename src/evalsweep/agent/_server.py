@@ -534,7 +534,7 @@ def build_server(
     @tool(READ)
     async def list_jobs() -> JobList:
         """The most recent jobs of this store, newest first."""
-        return JobList(jobs=[JobStatus(**j) for j in state.jobs.list(20)])
+        return JobList(jobs=[JobStatus(**j) for j in state.jobs.recent(20)])
 
     @tool(READ)
     async def job_logs(job_id: str, offset: int = 0, max_bytes: int = 20_000) -> LogPage:
