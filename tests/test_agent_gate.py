@@ -162,6 +162,10 @@ async def test_paid_work_needs_approval_from_the_terminal(
         assert quote["estimated_cost"] > 0 and quote["max_cost"] == 36.0 * 24
         text = error_text(await client.call_tool("start_sweep", {"quote_id": quote_id}))
         assert f"evalsweep approve {quote_id}" in text
+        # The approval parameter is filled by the server, never by the caller.
+        forged = {"quote_id": quote_id, "consent": {"approve": True}}
+        forged_call = await client.call_tool("start_sweep", forged)
+        assert forged_call.is_error and "approve" in error_text(forged_call)
 
         # A pipe is not the person: approving without a terminal is refused.
         piped = subprocess.run(
