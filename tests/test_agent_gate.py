@@ -423,3 +423,41 @@ async def test_results_are_capped_and_logs_page_within_the_cap(
         assert page["text"].encode() == log[: page["next_offset"]]
         beyond = {"job_id": job, "offset": len(log) + 1}
         assert "outside the log" in error_text(await c.call_tool("job_logs", beyond))
+
+
+@pytest.mark.anyio
+async def test_budget_deadline_holds_after_the_server_is_gone(
+    agent_env: Path, store_path: Path, gpt2_a: Path
+) -> None:
+    # $0.50 a second and $2 to spend: the job's own supervisor stops it after 4 s.
+    config = {
+        "rates": {"local": 1800.0},
+        "limits": {"per_connection_usd": 2.0, "global_usd": 2.0},
+        "throughput": {"startup_s": 0.0, "per_checkpoint_s": 0.0, "cpu": 1e12, "cuda": 1e12},
+    }
+    async with Client(build_server(store_path, config=config)) as client:
+        quote = result(await client.call_tool("quote_sweep", sweep_args(gpt2_a, limit=50)))
+        assert approve_in_terminal(store_path, quote["quote_id"])[0] == 0
+        job = result(await client.call_tool("start_sweep", {"quote_id": quote["quote_id"]}))
+    # No server (and so no watchdog) from here on.
+    with anyio.fail_after(120):
+        while True:
+            with sqlite3.connect(store_path) as conn:
+                status, reason, started, ended = conn.execute(
+                    "SELECT status, reason, started, ended FROM agent_jobs WHERE job_id = ?",
+                    (job["job_id"],),
+                ).fetchone()
+            if status != "running":
+                break
+            await anyio.sleep(0.25)
+    assert status == "stopped" and reason.startswith("deadline reached"), (status, reason)
+    log = (store_path.parent / "evalsweep-jobs" / job["job_id"] / "log.txt").read_text()
+    assert "job stopped at its deadline" in log
+    with Store(store_path) as store:
+        from evalsweep.agent._ledger import spent
+
+        total = spent(store)
+    assert total == pytest.approx((ended - started) * 0.5, rel=1e-2)
+    # Billing runs from the start request to the process's real end, so it overshoots the
+    # budget by the seconds a loaded machine takes to start the supervisor and stop the job.
+    assert total < 2.0 + 0.5 * 5

@@ -10,20 +10,28 @@ entry for every command, approval and refusal. It sits beside the evaluation
 line and calls into it; nothing on the line imports it.
 """
 
-from evalsweep.agent._approvals import approve_quote, describe_quote
-from evalsweep.agent._lifecycle import AuditedRunner, CommandResult, LifecycleTarget
-from evalsweep.agent._secrets import SecretBox
-from evalsweep.agent._server import build_server, serve
-from evalsweep.agent._settings import AgentSettings
+from __future__ import annotations
 
-__all__ = [
-    "AgentSettings",
-    "AuditedRunner",
-    "CommandResult",
-    "LifecycleTarget",
-    "SecretBox",
-    "approve_quote",
-    "build_server",
-    "describe_quote",
-    "serve",
-]
+from importlib import import_module
+from typing import Any
+
+# Imported on first use: a job's supervisor runs ``python -m evalsweep.agent._supervise``
+# and must start in a fraction of a second, without the MCP SDK.
+_EXPORTS = {
+    "AgentSettings": "_settings",
+    "AuditedRunner": "_lifecycle",
+    "CommandResult": "_lifecycle",
+    "LifecycleTarget": "_lifecycle",
+    "SecretBox": "_secrets",
+    "approve_quote": "_approvals",
+    "build_server": "_server",
+    "describe_quote": "_approvals",
+    "serve": "_server",
+}
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _EXPORTS:
+        raise AttributeError(f"module 'evalsweep.agent' has no attribute {name!r}")
+    return getattr(import_module(f"evalsweep.agent.{_EXPORTS[name]}"), name)

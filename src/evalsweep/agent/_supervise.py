@@ -45,6 +45,10 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
 
     with open(args.log, "ab", buffering=0) as log:
+        if time.time() >= args.deadline:
+            log.write(b"evalsweep: job stopped at its deadline before it started\n")
+            _record_end(args, -1, "deadline")
+            return 0
         child = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env)
 
         def at_deadline() -> None:
