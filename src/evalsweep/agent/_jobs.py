@@ -140,14 +140,19 @@ class Jobs:
             command += ["--data-dir", data_dir]
         now = time.time()
         deadline = now + self._allowed_seconds(connection, quote.hourly_rate)
+        supervisor = [sys.executable, "-m", "evalsweep.agent._supervise", "--store"]
+        supervisor += [str(store_path), "--job", job_id, "--log", str(log_path)]
         audit_id = self.store.audit_begin(
             "command",
             self.secrets.redact(shlex.join(command)),
             target=quote.target,
-            detail={"job": job_id, "quote": quote.quote_id, "connection": connection},
+            detail={
+                "job": job_id,
+                "quote": quote.quote_id,
+                "connection": connection,
+                "under": shlex.join(supervisor) + " --audit ID --deadline " + f"{deadline:.3f}",
+            },
         )
-        supervisor = [sys.executable, "-m", "evalsweep.agent._supervise", "--store"]
-        supervisor += [str(store_path), "--job", job_id, "--log", str(log_path)]
         supervisor += ["--audit", str(audit_id), "--deadline", f"{deadline:.3f}", "--", *command]
         with self.store.connection:
             self.store.connection.execute(

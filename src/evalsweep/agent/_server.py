@@ -669,8 +669,9 @@ def build_server(
         wanted = {"kind": "lifecycle", "target": quote.target, "action": action}
         check_gate(store, quote_id, kind="lifecycle", current_hash=params_hash(wanted),
                    used_by=action)  # fmt: skip
-        runner = AuditedRunner(store, quote.target, state.secrets.redact)
-        outcome = getattr(chosen, action)(runner)
+        outcome = await anyio.to_thread.run_sync(
+            functools.partial(run_action, chosen, action, quote.target)
+        )
         store.audit_event(
             "lifecycle",
             f"{action} {quote.target}: {outcome}",
@@ -691,6 +692,12 @@ def build_server(
                 if item[1] == "machine" and item[3] == quote.target:
                     ledger.close_item(store, item[0])
         return ActionDone(target=quote.target, action=action, quote_id=quote_id, result=outcome)
+
+    def run_action(target: LifecycleTarget, action: str, name: str) -> str:
+        """In a worker thread, with its own store connection, so the server keeps serving."""
+        with Store(state.store_path) as own:
+            runner = AuditedRunner(own, name, state.secrets.redact)
+            return str(getattr(target, action)(runner))
 
     @tool(SPEND)
     async def deploy(quote_id: str, consent: ConsentParam, ctx: Context) -> ActionDone:
