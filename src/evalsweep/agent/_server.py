@@ -15,7 +15,8 @@ import json
 import os
 import time
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
@@ -200,10 +201,8 @@ def build_server(
     """The evalsweep MCP server over the results store at ``store_path``."""
     state = AgentState(store_path, config, targets, data_dir)
 
-    from contextlib import asynccontextmanager
-
     @asynccontextmanager
-    async def lifespan(_: MCPServer) -> Any:
+    async def lifespan(_: MCPServer) -> AsyncIterator[dict[str, Any]]:
         if state.watchdog_running:
             yield {}
             return
@@ -472,17 +471,17 @@ def build_server(
                 f"start_sweep: target {quote.target} cannot run sweeps from this server yet",
             )
         q = quote.params
-        now_params, work = await sweep_params(
-            q["checkpoints"], q["tasks"], q["target"], q["gpu"], q["limit"], q["num_fewshot"]
-        )
+        try:  # planned again: the checkpoints and prompts must be what was quoted
+            now_params, work = await sweep_params(
+                q["checkpoints"], q["tasks"], q["target"], q["gpu"], q["limit"], q["num_fewshot"]
+            )
+        except EvalsweepError as exc:
+            raise refuse(store, quote_id, quote.target, f"start_sweep: {exc}") from None
         connection = state.connection(ctx)
-        if quote.needs_approval and quote.approved is None:
-            pass  # check_gate refuses it with the way to approve
-        else:
-            try:
-                state.jobs.check_budget(connection, quote.estimated_cost, quote.hourly_rate)
-            except GateError as exc:
-                raise refuse(store, quote_id, quote.target, str(exc)) from None
+        try:
+            state.jobs.check_budget(connection, quote.estimated_cost, quote.hourly_rate)
+        except GateError as exc:
+            raise refuse(store, quote_id, quote.target, str(exc)) from None
         quote = check_gate(
             store,
             quote_id,
@@ -525,6 +524,14 @@ def build_server(
             )  # fmt: skip
         if time.time() > quote.expires:
             raise refuse(state.store, quote.quote_id, quote.target, f"{where} expired; quote again")
+        if quote.needs_approval and quote.approved is None:
+            raise refuse(
+                state.store,
+                quote.quote_id,
+                quote.target,
+                f"{where} needs the person's approval: ask them to run 'evalsweep approve "
+                f"{quote.quote_id}' in their terminal, then call {used_by} again",
+            )
 
     @tool(READ)
     async def job_status(job_id: str) -> JobStatus:
@@ -661,7 +668,7 @@ def build_server(
         if not isinstance(chosen, LifecycleTarget):
             raise refuse(store, quote_id, quote.target, f"{action}: target has no lifecycle")
         connection = state.connection(ctx)
-        if action in ("deploy", "start") and quote.approved is not None:
+        if action in ("deploy", "start"):
             try:
                 state.jobs.check_budget(connection, quote.estimated_cost, quote.hourly_rate)
             except GateError as exc:
