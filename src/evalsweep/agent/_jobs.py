@@ -247,7 +247,17 @@ class Jobs:
                 ended = log.stat().st_mtime if log.exists() else time.time()
                 self._finish(job_id, "lost", "its supervising process disappeared", ended)
                 job = self.row(job_id)
+        if job["status"] != "running" and job["audit_id"]:
+            self._close_audit(job)
         return job
+
+    def _close_audit(self, job: dict[str, Any]) -> None:
+        """End the command's audit entry when its supervisor died before it could."""
+        open_entry = self.store.connection.execute(
+            "SELECT 1 FROM audit WHERE id = ? AND ended IS NULL", (job["audit_id"],)
+        ).fetchone()
+        if open_entry and not self._alive(job["pid"], job["pid_start"]):
+            self.store.audit_end(job["audit_id"], job["exit_code"], _size(Path(job["log_path"])))
 
     def status(self, job_id: str) -> dict[str, Any]:
         job = self.refresh(job_id)
@@ -353,7 +363,8 @@ class Jobs:
         """One tick: bill, notice ended jobs, stop what would cross a limit. Returns messages."""
         messages: list[str] = []
         for (job_id,) in self.store.connection.execute(
-            "SELECT job_id FROM agent_jobs WHERE status = 'running'"
+            "SELECT job_id FROM agent_jobs WHERE status = 'running' "
+            "OR audit_id IN (SELECT id FROM audit WHERE ended IS NULL)"
         ).fetchall():
             job = self.refresh(job_id)
             if job["status"] == "running" and time.time() > job["deadline"]:
