@@ -18,7 +18,7 @@ from evalsweep.agent._approvals import check_gate, refuse
 from evalsweep.agent._lifecycle import ACTIONS, AuditedRunner, LifecycleTarget
 from evalsweep.agent._models import ActionDone, QuoteOut
 from evalsweep.agent._quotes import GateError, create_quote, params_hash
-from evalsweep.agent._state import READ, SPEND, AgentState, ToolRegistrar
+from evalsweep.agent._state import SPEND, WRITE, AgentState, ToolRegistrar
 from evalsweep.errors import TargetError
 from evalsweep.store import Store
 
@@ -26,7 +26,7 @@ from evalsweep.store import Store
 def register_lifecycle_tools(state: AgentState, tool: ToolRegistrar, consent_type: Any) -> None:
     """Add quote_action, deploy, stop, start and terminate to the server ``tool`` registers with."""
 
-    @tool(READ)
+    @tool(WRITE)  # records a quote; changes no machine
     async def quote_action(target: str, action: str) -> QuoteOut:
         """Price preview of deploy, stop, start or terminate on a target that has a lifecycle."""
         chosen = state.target(target)

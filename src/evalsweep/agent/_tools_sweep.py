@@ -126,7 +126,7 @@ def register_sweep_tools(state: AgentState, tool: ToolRegistrar, consent_type: A
         }
         return params, work
 
-    @tool(READ)
+    @tool(WRITE)  # records a quote; starts nothing
     async def quote_sweep(
         checkpoints: list[str],
         tasks: list[str],
