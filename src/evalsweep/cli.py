@@ -515,6 +515,120 @@ def audit(
     stdout.print(render_audit(entries))
 
 
+@main.command("mcp")
+@store_option
+@click.option("--http", "use_http", is_flag=True, help="Serve streamable HTTP instead of stdio.")
+@click.option("--host", default="127.0.0.1", show_default=True, help="Loopback address (--http).")
+@click.option("--port", type=int, default=8765, show_default=True, help="Port (--http).")
+@click.option(
+    "--data-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    envvar="EVALSWEEP_DATA_DIR",
+    help="Local benchmark data for sweeps the agent starts. Env: EVALSWEEP_DATA_DIR.",
+)
+@click.option("--debug", is_flag=True, help="Show tracebacks.")
+@user_errors
+def mcp_command(
+    store: Path | None, use_http: bool, host: str, port: int, data_dir: Path | None, debug: bool
+) -> None:
+    """Serve evalsweep to a chat agent over MCP (stdio, or --http on loopback).
+
+    Limits and approval rules come from your configuration ([limits], [approval]);
+    no tool can change them. See docs/agent.md.
+    """
+    from evalsweep.agent import serve
+    from evalsweep.store import default_store_path
+
+    serve(
+        store or default_store_path(),
+        transport="streamable-http" if use_http else "stdio",
+        host=host,
+        port=port,
+        data_dir=str(data_dir.resolve()) if data_dir else None,
+    )
+
+
+@main.command()
+@click.argument("quote_id")
+@store_option
+@click.option("--debug", is_flag=True, help="Show tracebacks.")
+@user_errors
+def approve(quote_id: str, store: Path | None, debug: bool) -> None:
+    """Approve QUOTE_ID (a price preview an agent asked for), in your own terminal.
+
+    Shows what the quote covers and asks you to confirm; it needs a terminal, so
+    an agent cannot approve in your place by piping an answer.
+    """
+    import getpass
+
+    from evalsweep.agent import approve_quote as record_approval
+    from evalsweep.agent import describe_quote
+    from evalsweep.agent._quotes import GateError, load_quote
+
+    if not sys.stdin.isatty():
+        raise GateError("evalsweep approve needs a terminal: run it yourself, not through a pipe")
+    with _open_existing_store(store) as results_store:
+        quote = load_quote(results_store, quote_id)
+        stdout.print(describe_quote(quote), highlight=False)
+        if not click.confirm(f"Approve {quote_id}?", default=False):
+            results_store.audit_event(
+                "refusal", f"declined {quote_id} in the terminal", target=quote.target
+            )
+            stdout.print("not approved")
+            sys.exit(1)
+        record_approval(results_store, quote_id, f"{getpass.getuser()} in a terminal")
+    stdout.print(f"approved {quote_id}")
+
+
+@main.group()
+def secrets() -> None:
+    """Secrets for jobs (HF_TOKEN, API keys): encrypted at rest, shown by name only."""
+
+
+@secrets.command("set")
+@click.argument("name")
+@click.option("--debug", is_flag=True, help="Show tracebacks.")
+@user_errors
+def secrets_set(name: str, debug: bool) -> None:
+    """Store secret NAME; the value is read from the terminal (hidden) or stdin."""
+    from evalsweep.agent import SecretBox
+
+    if sys.stdin.isatty():
+        value = click.prompt(f"value of {name}", hide_input=True)
+    else:
+        value = sys.stdin.readline().rstrip("\n")
+    SecretBox().set(name, value)
+    stdout.print(f"stored {name}")
+
+
+@secrets.command("list")
+@click.option("--json", "as_json", is_flag=True, help="Print the names as JSON.")
+@click.option("--debug", is_flag=True, help="Show tracebacks.")
+@user_errors
+def secrets_list(as_json: bool, debug: bool) -> None:
+    """List the names of stored secrets (never their values)."""
+    from evalsweep.agent import SecretBox
+
+    names = SecretBox().names()
+    if as_json:
+        click.echo(json.dumps(names))
+        return
+    for name in names:
+        stdout.print(name)
+
+
+@secrets.command("remove")
+@click.argument("name")
+@click.option("--debug", is_flag=True, help="Show tracebacks.")
+@user_errors
+def secrets_remove(name: str, debug: bool) -> None:
+    """Delete secret NAME."""
+    from evalsweep.agent import SecretBox
+
+    SecretBox().remove(name)
+    stdout.print(f"removed {name}")
+
+
 @main.command()
 @click.option(
     "--workdir",

@@ -1,0 +1,143 @@
+"""The gate: what must be true before paid work or a lifecycle action starts.
+
+``check_gate`` refuses a missing, expired, used or changed quote and a quote
+that needs approval and has none. Approval comes from the person: through the
+MCP client's elicitation when the client supports it and the configuration
+trusts it, or out of band with ``evalsweep approve QUOTE_ID`` in their own
+terminal, where the agent cannot answer for them. Every approval and refusal
+is written to the audit log.
+"""
+
+from __future__ import annotations
+
+import time
+from datetime import UTC, datetime
+from typing import Any
+
+from evalsweep.agent._quotes import GateError, Quote, consume, load_quote, mark_approved
+from evalsweep.store import Store
+
+
+def refuse(store: Store, quote_id: str | None, target: str | None, message: str) -> GateError:
+    """Audit a refusal and return the error to raise."""
+    store.audit_event(
+        "refusal", message, target=target, detail={"quote": quote_id} if quote_id else {}
+    )
+    return GateError(message)
+
+
+def check_gate(
+    store: Store,
+    quote_id: str,
+    *,
+    kind: str,
+    current_hash: str | None,
+    used_by: str,
+) -> Quote:
+    """Consume ``quote_id`` for work of ``kind`` whose parameters now hash to ``current_hash``.
+
+    Raises:
+        GateError: (audited) when the quote is unknown, of another kind, expired,
+            already used, no longer matches the parameters, or lacks an approval.
+    """
+    try:
+        quote = load_quote(store, quote_id)
+    except GateError as exc:
+        raise refuse(store, quote_id, None, str(exc)) from None
+    where = f"{used_by}: quote {quote_id}"
+    if quote.kind != kind:
+        raise refuse(store, quote_id, quote.target, f"{where} is for {quote.kind}, not {kind}")
+    if quote.used is not None:
+        raise refuse(store, quote_id, quote.target, f"{where} was already used by {quote.used_by}")
+    if time.time() > quote.expires:
+        raise refuse(
+            store, quote_id, quote.target, f"{where} expired at {_when(quote.expires)}; quote again"
+        )
+    if current_hash is not None and current_hash != quote.params_hash:
+        raise refuse(
+            store,
+            quote_id,
+            quote.target,
+            f"{where} does not cover these parameters (changed since the quote); quote again",
+        )
+    if quote.needs_approval and quote.approved is None:
+        raise refuse(
+            store,
+            quote_id,
+            quote.target,
+            f"{where} needs the person's approval: ask them to run "
+            f"'evalsweep approve {quote_id}' in their terminal, then call {used_by} again",
+        )
+    if not consume(store, quote_id, used_by):
+        raise refuse(store, quote_id, quote.target, f"{where} was already used")
+    return quote
+
+
+def approve_quote(store: Store, quote_id: str, by: str) -> Quote:
+    """Record the person's approval of ``quote_id`` (``evalsweep approve`` or elicitation)."""
+    try:
+        quote = load_quote(store, quote_id)
+    except GateError as exc:
+        raise refuse(store, quote_id, None, f"approve: {exc}") from None
+    if quote.used is not None:
+        raise refuse(store, quote_id, quote.target, f"approve: quote {quote_id} was already used")
+    if time.time() > quote.expires:
+        raise refuse(
+            store, quote_id, quote.target, f"approve: quote {quote_id} expired; quote again"
+        )
+    if quote.approved is None and not mark_approved(store, quote_id, by):
+        raise refuse(store, quote_id, quote.target, f"approve: quote {quote_id} changed state")
+    store.audit_event(
+        "approval",
+        f"approved {quote_id} by {by}: {describe_quote(quote)}",
+        target=quote.target,
+        detail={"quote": quote_id, "params_hash": quote.params_hash, "by": by},
+    )
+    return load_quote(store, quote_id)
+
+
+def decline_quote(store: Store, quote_id: str, by: str) -> None:
+    quote = load_quote(store, quote_id)
+    store.audit_event(
+        "refusal",
+        f"declined {quote_id} by {by}",
+        target=quote.target,
+        detail={"quote": quote_id, "by": by},
+    )
+
+
+def describe_quote(quote: Quote) -> str:
+    """One line for the person: what, where, at what rate, for about how much."""
+    preview: dict[str, Any] = quote.preview
+    if quote.kind == "sweep":
+        what = (
+            f"sweep of {', '.join(quote.params['checkpoints'])} on "
+            f"{', '.join(quote.params['tasks'])}"
+            + (f" (limit {quote.params['limit']})" if quote.params.get("limit") else "")
+        )
+        time_text = f"about {_duration(preview.get('estimated_seconds', 0))}"
+    else:
+        what = f"{quote.params['action']} of target {quote.target}"
+        time_text = preview.get("effect", "")
+    return (
+        f"{what} on {quote.target} ({preview.get('hardware', '?')}) at "
+        f"${quote.hourly_rate:.2f}/h, {time_text}, estimated ${quote.estimated_cost:.2f}, "
+        f"at most ${preview.get('max_cost', quote.estimated_cost):.2f}"
+    )
+
+
+def _when(stamp: float) -> str:
+    return datetime.fromtimestamp(stamp, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def _duration(seconds: float) -> str:
+    seconds = float(seconds)
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    if seconds < 5400:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
+def iso(stamp: float | None) -> str | None:
+    return None if stamp is None else _when(stamp)

@@ -1,0 +1,219 @@
+"""How much work a sweep is, and how long it should take on a target.
+
+The work is counted exactly by planning the sweep as ``evalsweep run`` would
+(resolved checkpoints, every prompt built, nothing loaded): requests, prompt
+tokens (characters / 4) and the most tokens generation may produce. Time is
+that, scaled by each checkpoint's parameter count, divided by a throughput in
+tokens per second of a 1-billion-parameter model: the one the last finished
+jobs on the target measured, else ``[throughput]`` from the configuration,
+else the default measured per hardware kind. The result also carries what
+the job needs to report its progress from the store.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import statistics
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from evalsweep.agent._schema import ensure_agent_tables
+from evalsweep.agent._settings import DEFAULT_THROUGHPUT, AgentSettings
+from evalsweep.store import Store, settings_key
+
+CHARS_PER_TOKEN = 4
+#: Seconds to start the process and load each checkpoint, added to every estimate.
+STARTUP_S = 20.0
+PER_CHECKPOINT_S = 10.0
+#: Parameters assumed when a checkpoint's size cannot be read.
+UNKNOWN_PARAMETERS = 1_000_000_000
+BILLION = 1e9
+
+
+@dataclass
+class Work:
+    """A planned sweep: what it will ask, and the keys its rows will have in the store."""
+
+    identities: list[dict[str, str]]
+    tasks: list[dict[str, Any]]
+    requests: int
+    prompt_tokens: int
+    max_generated_tokens: int
+    work_hash: str
+    device_type: str
+    plan: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def tokens(self) -> int:
+        return self.prompt_tokens + self.max_generated_tokens
+
+
+def plan_work(
+    checkpoints: list[str],
+    tasks: list[str],
+    *,
+    data_dir: str | None,
+    limit: int | None,
+    num_fewshot: int | None,
+    device: str,
+) -> Work:
+    """Plan the sweep (resolving references, reading data, building prompts)."""
+    from evalsweep.engine import SweepSpec, backend_settings, plan_sweep
+    from evalsweep.models import BackendOptions
+
+    spec = SweepSpec(
+        checkpoints=checkpoints,
+        tasks=tasks,
+        data_dir=data_dir,
+        limit=limit,
+        num_fewshot=num_fewshot,
+        options=BackendOptions(device=device),
+    )
+    resolved, task_runs = plan_sweep(spec)
+    backend = backend_settings(spec)
+    backend_key = settings_key("backend", backend)
+    digest = hashlib.sha256()
+    parameters = {}
+    for checkpoint in resolved:
+        digest.update(checkpoint.identity.encode())
+        parameters[checkpoint.identity] = parameter_count(
+            checkpoint.kind, checkpoint.location, checkpoint.commit
+        )
+    requests = prompt_chars = generated = 0
+    task_rows: list[dict[str, Any]] = []
+    plan: list[dict[str, Any]] = []
+    for name, run in task_runs.items():
+        digest.update(run.settings_key.encode())
+        n_requests = chars = gen = 0
+        for prepared in run.prepared:
+            for request in prepared.requests:
+                digest.update(request.key().encode())
+                n_requests += 1
+                chars += len(request.context) + len(getattr(request, "continuation", ""))
+                gen += int(getattr(request, "max_gen_toks", 0))
+        per_checkpoint = len(resolved)
+        requests += n_requests * per_checkpoint
+        prompt_chars += chars * per_checkpoint
+        generated += gen * per_checkpoint
+        task_rows.append(
+            {"task": name, "documents": len(run.prepared), "requests_per_checkpoint": n_requests}
+        )
+        for checkpoint in resolved:
+            plan.append(
+                {
+                    "checkpoint": checkpoint.identity,
+                    "backend": backend_key,
+                    "task": name,
+                    "settings": run.settings_key,
+                    "documents": len(run.prepared),
+                    "tokens": chars // CHARS_PER_TOKEN + gen,
+                    "parameters": parameters[checkpoint.identity],
+                }
+            )
+    return Work(
+        identities=[{"reference": c.reference, "identity": c.identity} for c in resolved],
+        tasks=task_rows,
+        requests=requests,
+        prompt_tokens=prompt_chars // CHARS_PER_TOKEN,
+        max_generated_tokens=generated,
+        work_hash=digest.hexdigest(),
+        device_type=str(backend["device_type"]),
+        plan=plan,
+    )
+
+
+def parameter_count(kind: str, location: str, commit: str | None) -> int:
+    """Parameters of a checkpoint, from safetensors headers (no weights are read)."""
+    if kind == "local":
+        total = 0
+        for file in sorted(Path(location).glob("*.safetensors")):
+            try:
+                with file.open("rb") as handle:
+                    length = int.from_bytes(handle.read(8), "little")
+                    header = json.loads(handle.read(length))
+            except (OSError, ValueError):
+                return UNKNOWN_PARAMETERS
+            for name, entry in header.items():
+                if name != "__metadata__" and isinstance(entry, dict):
+                    count = 1
+                    for dim in entry.get("shape", []):
+                        count *= int(dim)
+                    total += count
+        return total or UNKNOWN_PARAMETERS
+    try:  # the Hub's own count of a safetensors repository
+        from huggingface_hub import HfApi
+
+        info = HfApi().model_info(location, revision=commit)
+        return int(info.safetensors.total) if info.safetensors else UNKNOWN_PARAMETERS
+    except Exception:  # offline, gated, no safetensors: the estimate says it assumed 1B
+        return UNKNOWN_PARAMETERS
+
+
+def throughput(
+    store: Store, settings: AgentSettings, target: str, hardware_kind: str
+) -> tuple[float, str]:
+    """Tokens per second for ``target`` and where the figure comes from."""
+    ensure_agent_tables(store)
+    rows = store.connection.execute(
+        "SELECT work, loads, started, ended FROM agent_jobs WHERE target = ? "
+        "AND status = 'finished' AND ended > started AND work > 0 ORDER BY ended DESC LIMIT 5",
+        (target,),
+    ).fetchall()
+    measured = [
+        float(work) / max(ended - started - overhead_seconds(settings, loads), 1.0)
+        for work, loads, started, ended in rows
+    ]
+    if measured:
+        return statistics.median(measured), f"measured by the last {len(measured)} jobs on {target}"
+    for key in (target, hardware_kind):
+        if settings.throughput.get(key):
+            return settings.throughput[key], f"[throughput] {key} in the configuration"
+    return DEFAULT_THROUGHPUT.get(hardware_kind, DEFAULT_THROUGHPUT["cpu"]), (
+        f"rough default for {hardware_kind} (no job on {target} measured yet)"
+    )
+
+
+def remaining_work(store: Store, plan: list[dict[str, Any]]) -> tuple[float, int]:
+    """Work the store does not hold yet, in billion-parameter tokens, and checkpoints to load.
+
+    Tokens are weighted by model size because that is what time scales with;
+    documents already stored are not computed again, so they cost nothing.
+    """
+    work = 0.0
+    loads: set[str] = set()
+    for part in plan:
+        done, total = progress(store, [part])
+        missing = (total - done) / total if total else 0.0
+        if missing > 0:
+            work += part["tokens"] * part["parameters"] / BILLION * missing
+            loads.add(part["checkpoint"])
+    return work, len(loads)
+
+
+def overhead_seconds(settings: AgentSettings, loads: int) -> float:
+    startup = settings.throughput.get("startup_s", STARTUP_S)
+    per_checkpoint = settings.throughput.get("per_checkpoint_s", PER_CHECKPOINT_S)
+    return startup + per_checkpoint * loads
+
+
+def estimated_seconds(
+    work: float, loads: int, tokens_per_second: float, settings: AgentSettings
+) -> float:
+    """Start-up, one load per checkpoint with missing work, then the work at the throughput."""
+    return overhead_seconds(settings, loads) + work / max(tokens_per_second, 1e-9)
+
+
+def progress(store: Store, plan: list[dict[str, Any]]) -> tuple[int, int]:
+    """Documents of the plan already in the store, and the total."""
+    done = total = 0
+    for part in plan:
+        row = store.connection.execute(
+            "SELECT COUNT(*) FROM samples WHERE checkpoint = ? AND backend = ? AND task = ? "
+            "AND settings = ?",
+            (part["checkpoint"], part["backend"], part["task"], part["settings"]),
+        ).fetchone()
+        done += min(int(row[0]), int(part["documents"]))
+        total += int(part["documents"])
+    return done, total

@@ -1,0 +1,140 @@
+"""Typed tool results: what the agent gets back, with an output schema for each tool."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+
+class TaskInfo(BaseModel):
+    name: str
+    version: str
+    num_fewshot: int
+    metrics: list[str]
+
+
+class TaskList(BaseModel):
+    tasks: list[TaskInfo]
+    note: str = "mmlu_<subject> names one MMLU subject (e.g. mmlu_abstract_algebra)"
+
+
+class TargetRow(BaseModel):
+    name: str
+    kind: str
+    hardware: str
+    hourly_rate: float
+    currency: str
+    lifecycle: bool
+    approval_needed: bool
+
+
+class TargetList(BaseModel):
+    targets: list[TargetRow]
+
+
+class TaskWork(BaseModel):
+    task: str
+    documents: int
+    requests_per_checkpoint: int
+
+
+class QuoteOut(BaseModel):
+    quote_id: str = Field(description="Pass to start_sweep (or the lifecycle action); single use")
+    kind: str
+    target: str
+    hardware: str
+    hourly_rate: float
+    currency: str
+    estimated_seconds: float
+    estimated_cost: float
+    max_cost: float = Field(description="Cost if the job ran to its deadline")
+    needs_approval: bool
+    expires_at: str
+    summary: str
+    how_to_approve: str
+    params: dict[str, Any]
+    work: list[TaskWork] = []
+    requests: int = 0
+    prompt_tokens: int = 0
+    max_generated_tokens: int = 0
+    work_to_do: float = Field(
+        0.0, description="Work the store does not hold yet, in billion-parameter tokens"
+    )
+    checkpoint_loads: int = 0
+    throughput_tokens_per_s: float = Field(
+        0.0, description="Tokens per second of a 1-billion-parameter model on this hardware"
+    )
+    throughput_source: str = ""
+
+
+class JobStarted(BaseModel):
+    job_id: str
+    quote_id: str
+    status: str
+    approved_by: str | None
+    next: str = "poll job_status(job_id); read job_logs(job_id, offset) for the log"
+
+
+class JobStatus(BaseModel):
+    job_id: str
+    status: str = Field(description="running, finished, failed, cancelled, stopped or lost")
+    reason: str | None
+    exit_code: int | None
+    target: str
+    quote_id: str
+    started: float
+    ended: float | None
+    elapsed_s: float
+    deadline: float
+    documents_done: int
+    documents_total: int
+    hourly_rate: float
+    spend_usd: float
+    last_log_line: str
+    log_bytes: int
+
+
+class JobList(BaseModel):
+    jobs: list[JobStatus]
+
+
+class LogPage(BaseModel):
+    job_id: str
+    offset: int
+    next_offset: int
+    log_bytes: int
+    eof: bool
+    text: str
+
+
+class Cancelled(BaseModel):
+    job_id: str
+    stopped: bool
+    status: str
+
+
+class ResultsTable(BaseModel):
+    text: str = Field(description="The side-by-side table with verdicts, as in the terminal")
+    results: list[dict[str, Any]]
+    comparisons: list[dict[str, Any]]
+    baseline: str | None
+
+
+class Spend(BaseModel):
+    connection: str
+    connection_spent_usd: float
+    global_spent_usd: float
+    running_usd_per_hour: float
+    limits: dict[str, float] = Field(description="Read-only: set by the person in their config")
+
+
+class SecretNames(BaseModel):
+    names: list[str]
+
+
+class ActionDone(BaseModel):
+    target: str
+    action: str
+    quote_id: str
+    result: str

@@ -1,0 +1,66 @@
+"""The agent's tables, kept in the results store beside the results.
+
+Quotes, jobs and the spend ledger live in the same SQLite file as the results
+and the audit log, so a job outlives the server that started it and
+``evalsweep approve`` in another terminal sees the same quotes.
+"""
+
+from __future__ import annotations
+
+from evalsweep.store import Store
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS agent_quotes (
+    quote_id       TEXT PRIMARY KEY,
+    kind           TEXT NOT NULL,
+    target         TEXT NOT NULL,
+    params         TEXT NOT NULL,
+    params_hash    TEXT NOT NULL,
+    preview        TEXT NOT NULL,
+    hourly_rate    REAL NOT NULL,
+    estimated_cost REAL NOT NULL,
+    needs_approval INTEGER NOT NULL,
+    created        REAL NOT NULL,
+    expires        REAL NOT NULL,
+    approved       REAL,
+    approved_by    TEXT,
+    used           REAL,
+    used_by        TEXT
+);
+CREATE TABLE IF NOT EXISTS agent_jobs (
+    job_id      TEXT PRIMARY KEY,
+    quote_id    TEXT NOT NULL,
+    connection  TEXT NOT NULL,
+    target      TEXT NOT NULL,
+    params      TEXT NOT NULL,
+    plan        TEXT NOT NULL,
+    argv        TEXT NOT NULL,
+    out_dir     TEXT NOT NULL,
+    log_path    TEXT NOT NULL,
+    pid         INTEGER,
+    pid_start   TEXT,
+    status      TEXT NOT NULL,
+    reason      TEXT,
+    exit_code   INTEGER,
+    started     REAL NOT NULL,
+    ended       REAL,
+    deadline    REAL NOT NULL,
+    work        REAL NOT NULL,
+    loads       INTEGER NOT NULL,
+    audit_id    INTEGER
+);
+CREATE TABLE IF NOT EXISTS agent_ledger (
+    item        TEXT PRIMARY KEY,
+    kind        TEXT NOT NULL,
+    connection  TEXT NOT NULL,
+    target      TEXT NOT NULL,
+    hourly_rate REAL NOT NULL,
+    started     REAL NOT NULL,
+    ended       REAL,
+    charged     REAL NOT NULL DEFAULT 0
+);
+"""
+
+
+def ensure_agent_tables(store: Store) -> None:
+    store.ensure_tables(SCHEMA)

@@ -1,0 +1,96 @@
+"""The MCP server behind ``evalsweep mcp``: tools for planning, pricing, running and reading sweeps.
+
+Every tool returns within seconds: a sweep runs as a background job and is
+followed with ``job_status`` and ``job_logs``. Paid work and every lifecycle
+action pass the gate (a quote bound to exact parameters, the person's
+approval, the spend limits); every result is redacted of secrets and capped
+in size. The limits themselves are read from the configuration and no tool
+can change them. A watchdog runs beside the tools for as long as the server
+serves.
+"""
+
+import inspect
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import anyio
+from mcp.server import MCPServer
+from mcp.types import ToolAnnotations
+
+from evalsweep import __version__
+from evalsweep.agent._state import AgentState, consent_parameter, guarded
+from evalsweep.agent._tools_lifecycle import register_lifecycle_tools
+from evalsweep.agent._tools_sweep import register_sweep_tools
+from evalsweep.compute import Target
+from evalsweep.errors import TargetError
+
+INSTRUCTIONS = """\
+evalsweep scores several checkpoints on the same benchmarks and says, with paired
+statistics, whether a checkpoint really improved. To run a sweep: list_tasks and
+list_targets; quote_sweep (a price preview with a quote_id); show the person the
+preview; start_sweep(quote_id) returns a job_id at once; poll job_status and read
+job_logs(offset); then results_table(job_id). Paid work needs the person's
+approval: if start_sweep says so, ask them to run `evalsweep approve QUOTE_ID` in
+their own terminal. You cannot approve, raise limits or read secrets.
+"""
+
+
+def build_server(
+    store_path: Path,
+    *,
+    config: dict[str, Any] | None = None,
+    targets: dict[str, Target] | None = None,
+    data_dir: str | None = None,
+) -> MCPServer:
+    """The evalsweep MCP server over the results store at ``store_path``."""
+    state = AgentState(store_path, config, targets, data_dir)
+
+    @asynccontextmanager
+    async def lifespan(_: MCPServer) -> AsyncIterator[dict[str, Any]]:
+        if state.watchdog_running:
+            yield {}
+            return
+        state.watchdog_running = True
+        async with anyio.create_task_group() as group:
+            group.start_soon(state.watchdog)
+            try:
+                yield {}
+            finally:
+                group.cancel_scope.cancel()
+                state.watchdog_running = False
+
+    server = MCPServer(
+        "evalsweep", instructions=INSTRUCTIONS, version=__version__, lifespan=lifespan
+    )
+
+    def tool(annotations: ToolAnnotations) -> Callable[[Callable[..., Any]], Any]:
+        def register(fn: Callable[..., Any]) -> Any:
+            server.tool(annotations=annotations, description=inspect.getdoc(fn))(guarded(state, fn))
+            return fn
+
+        return register
+
+    consent = consent_parameter(state)
+    register_sweep_tools(state, tool, consent)
+    register_lifecycle_tools(state, tool, consent)
+    return server
+
+
+def serve(
+    store_path: Path,
+    *,
+    transport: str = "stdio",
+    host: str = "127.0.0.1",
+    port: int = 8765,
+    data_dir: str | None = None,
+) -> None:
+    """Run the server on stdio, or on streamable HTTP bound to a loopback address."""
+    server = build_server(store_path, data_dir=data_dir)
+    if transport == "stdio":
+        server.run("stdio")
+        return
+    if host not in ("127.0.0.1", "::1", "localhost"):
+        raise TargetError(f"--host {host}: the MCP server only listens on loopback (127.0.0.1)")
+    server.run("streamable-http", host=host, port=port)

@@ -1,0 +1,246 @@
+"""What the MCP tools share: the store, the rules, the jobs, the targets, the gate helpers.
+
+The tools themselves live in ``_tools_sweep`` and ``_tools_lifecycle``; this
+module holds the state they close over, the hidden approval parameter that
+the SDK fills by elicitation, and ``guarded``, which redacts secrets from
+every result and error and refuses results over the size cap. (Annotations
+are evaluated at definition time on purpose: the SDK reads the resolver of
+the hidden approval parameter from them.)
+"""
+
+import functools
+import inspect
+import json
+import os
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Annotated, Any, TypeVar
+
+import anyio
+from mcp.server.mcpserver import (
+    AcceptedElicitation,
+    Context,
+    Elicit,
+    ElicitationResult,
+    Resolve,
+)
+from mcp.server.mcpserver.exceptions import ToolError
+from mcp.types import ToolAnnotations
+from pydantic import BaseModel, Field
+
+from evalsweep.agent._approvals import approve_quote, decline_quote, describe_quote, iso, refuse
+from evalsweep.agent._jobs import Jobs
+from evalsweep.agent._lifecycle import AuditedRunner, LifecycleTarget
+from evalsweep.agent._models import QuoteOut, TaskWork
+from evalsweep.agent._quotes import GateError, Quote, load_quote
+from evalsweep.agent._secrets import SecretBox
+from evalsweep.agent._settings import AgentSettings
+from evalsweep.compute import Target, load_targets
+from evalsweep.config import load_config
+from evalsweep.errors import EvalsweepError, TargetError
+from evalsweep.store import Store
+
+T = TypeVar("T", bound=BaseModel)
+READ = ToolAnnotations(read_only_hint=True, destructive_hint=False, open_world_hint=False)
+WRITE = ToolAnnotations(read_only_hint=False, destructive_hint=False, open_world_hint=False)
+SPEND = ToolAnnotations(read_only_hint=False, destructive_hint=True, open_world_hint=True)
+#: Registers a tool function with its annotations (see ``build_server``).
+ToolRegistrar = Callable[[ToolAnnotations], Callable[[Callable[..., Any]], Any]]
+
+
+class Consent(BaseModel):
+    """The person's answer to an approval question (a flat schema, as elicitation needs)."""
+
+    approve: bool = Field(description="Approve this spend")
+
+
+class AgentState:
+    """What the tools share: the store, the rules, the jobs, the targets."""
+
+    def __init__(
+        self,
+        store_path: Path,
+        config: dict[str, Any] | None,
+        targets: dict[str, Target] | None,
+        data_dir: str | None,
+    ) -> None:
+        config = load_config() if config is None else config
+        self.store_path = store_path.resolve()
+        self.store = Store(self.store_path)
+        self.settings = AgentSettings.from_config(config)
+        self.secrets = SecretBox()
+        self.targets = dict(load_targets(config))
+        self.targets.update(targets or {})
+        self.data_dir = data_dir or os.environ.get("EVALSWEEP_DATA_DIR") or None
+        self.server_id = "s-" + uuid.uuid4().hex[:8]
+        self.jobs = Jobs(
+            self.store, self.settings, self.secrets, self.store_path.parent / "evalsweep-jobs"
+        )
+        self.asked: set[str] = set()
+        self.watchdog_running = False
+
+    def connection(self, ctx: Context | None) -> str:
+        headers = ctx.headers if ctx is not None else None
+        session = headers.get("mcp-session-id") if headers else None
+        return f"{self.server_id}/{session}" if session else self.server_id
+
+    def target(self, name: str) -> Target:
+        if name not in self.targets:
+            known = ", ".join(sorted(self.targets))
+            raise TargetError(f"unknown target {name!r}; known targets: {known}")
+        return self.targets[name]
+
+    def rate(self, name: str) -> float:
+        info = self.target(name).info()
+        return float(self.settings.rates.get(name, info.hourly_rate))
+
+    def needs_approval(self, name: str, rate: float) -> bool:
+        if rate > 0:
+            return True
+        return self.target(name).info().kind == "local" and self.settings.approve_local
+
+    def redact_value(self, value: Any) -> Any:
+        if isinstance(value, str):
+            return self.secrets.redact(value)
+        if isinstance(value, list):
+            return [self.redact_value(v) for v in value]
+        if isinstance(value, dict):
+            return {k: self.redact_value(v) for k, v in value.items()}
+        return value
+
+    def safe(self, result: T) -> T:
+        """The result with secrets redacted, refused when larger than the cap."""
+        data = self.redact_value(result.model_dump())
+        size = len(json.dumps(data, default=str).encode())
+        if size > self.settings.max_result_bytes:
+            raise ToolError(
+                f"result of {size} bytes exceeds the {self.settings.max_result_bytes}-byte cap; "
+                "ask for less (job_logs pages by offset and max_bytes)"
+            )
+        return type(result).model_validate(data)
+
+    def stop_machine(self, name: str, reason: str) -> None:
+        target = self.targets.get(name)
+        if isinstance(target, LifecycleTarget):
+            runner = AuditedRunner(self.store, name, self.secrets.redact)
+            self.store.audit_event("stop", f"watchdog stops {name}: {reason}", target=name)
+            target.stop(runner)
+
+    async def watchdog(self) -> None:
+        while True:
+            for message in self.jobs.watchdog(self.stop_machine):
+                self.store.audit_event("watchdog", message)
+            await anyio.sleep(self.settings.watchdog_interval_s)
+
+    def apply_consent(self, quote_id: str, consent: ElicitationResult[Consent]) -> str | None:
+        if quote_id not in self.asked:
+            return None
+        self.asked.discard(quote_id)
+        if isinstance(consent, AcceptedElicitation) and consent.data.approve:
+            approve_quote(self.store, quote_id, "the person, through the MCP client")
+            return "the person, through the MCP client"
+        decline_quote(self.store, quote_id, "the person, through the MCP client")
+        raise refuse(self.store, quote_id, None, f"quote {quote_id} was declined by the person")
+
+    # -- for the tools: quotes as shown, and the cheap refusals ------------------------------
+
+    def quote_out(self, quote: Quote, currency: str) -> QuoteOut:
+        p = quote.preview
+        how = (
+            f"the person runs 'evalsweep approve {quote.quote_id}' in their terminal"
+            + (
+                " (or approves when asked through this client)"
+                if self.settings.trust_elicitation
+                else ""
+            )
+            if quote.needs_approval
+            else "no approval needed (free work on this machine)"
+        )
+        return QuoteOut(
+            quote_id=quote.quote_id,
+            kind=quote.kind,
+            target=quote.target,
+            hardware=str(p.get("hardware", "")),
+            hourly_rate=quote.hourly_rate,
+            currency=currency,
+            estimated_seconds=round(float(p.get("estimated_seconds", 0.0)), 1),
+            estimated_cost=round(quote.estimated_cost, 4),
+            max_cost=round(float(p.get("max_cost", 0.0)), 4),
+            needs_approval=quote.needs_approval,
+            expires_at=iso(quote.expires) or "",
+            summary=describe_quote(quote),
+            how_to_approve=how,
+            params={k: v for k, v in quote.params.items() if k not in ("work_hash",)},
+            work=[TaskWork(**t) for t in p.get("tasks", [])],
+            requests=int(p.get("requests", 0)),
+            prompt_tokens=int(p.get("prompt_tokens", 0)),
+            max_generated_tokens=int(p.get("max_generated_tokens", 0)),
+            work_to_do=round(float(p.get("work_to_do", 0.0)), 6),
+            checkpoint_loads=int(p.get("checkpoint_loads", 0)),
+            throughput_tokens_per_s=round(float(p.get("throughput", 0.0)), 1),
+            throughput_source=str(p.get("throughput_source", "")),
+        )
+
+    def load_or_refuse(self, quote_id: str) -> Quote:
+        try:
+            return load_quote(self.store, quote_id)
+        except GateError as exc:
+            raise refuse(self.store, quote_id, None, str(exc)) from None
+
+    def pre_gate(self, quote: Quote, kind: str, used_by: str) -> None:
+        """The cheap refusals, before any planning."""
+        where = f"{used_by}: quote {quote.quote_id}"
+        if quote.kind != kind:
+            raise refuse(self.store, quote.quote_id, quote.target, f"{where} is not for {kind}")
+        if quote.used is not None:
+            raise refuse(
+                self.store, quote.quote_id, quote.target, f"{where} was already used by "
+                f"{quote.used_by}",
+            )  # fmt: skip
+        if time.time() > quote.expires:
+            raise refuse(self.store, quote.quote_id, quote.target, f"{where} expired; quote again")
+        if quote.needs_approval and quote.approved is None:
+            raise refuse(
+                self.store,
+                quote.quote_id,
+                quote.target,
+                f"{where} needs the person's approval: ask them to run 'evalsweep approve "
+                f"{quote.quote_id}' in their terminal, then call {used_by} again",
+            )
+
+
+def guarded(state: AgentState, fn: Callable[..., Awaitable[T]]) -> Callable[..., Awaitable[T]]:
+    """Turn user errors into tool errors (redacted) and cap and redact the result."""
+
+    @functools.wraps(fn)
+    async def wrapper(*args: Any, **kwargs: Any) -> T:
+        try:
+            result = await fn(*args, **kwargs)
+        except EvalsweepError as exc:
+            raise ToolError(state.secrets.redact(str(exc))) from None
+        return state.safe(result)
+
+    wrapper.__signature__ = inspect.signature(fn)  # type: ignore[attr-defined]
+    return wrapper
+
+
+def consent_parameter(state: AgentState) -> Any:
+    """The hidden tool parameter through which the client may ask the person to approve."""
+
+    async def ask_consent(quote_id: str, ctx: Context) -> Consent | Elicit[Consent]:
+        """Ask the person through the client, when it can ask and the config trusts it."""
+        try:
+            quote = load_quote(state.store, quote_id)
+        except GateError:
+            return Consent(approve=False)
+        if not quote.needs_approval or quote.approved or quote.used or time.time() > quote.expires:
+            return Consent(approve=False)
+        caps = ctx.client_capabilities
+        if not state.settings.trust_elicitation or caps is None or caps.elicitation is None:
+            return Consent(approve=False)
+        state.asked.add(quote_id)
+        return Elicit(f"evalsweep asks your approval: {describe_quote(quote)}. Approve?", Consent)
+
+    return Annotated[ElicitationResult[Consent], Resolve(ask_consent)]

@@ -1,0 +1,129 @@
+"""The MCP tools for targets with a lifecycle: quote, deploy, stop, start, terminate.
+
+Each action needs its own approved quote (a deploy quote does not terminate),
+runs the target's commands through the audited runner in a worker thread, and
+opens or closes the target's item in the spend ledger. (Annotations are
+evaluated at definition time on purpose; see ``_state``.)
+"""
+
+import functools
+from typing import Any
+
+import anyio
+import anyio.to_thread
+from mcp.server.mcpserver import Context
+
+from evalsweep.agent import _ledger as ledger
+from evalsweep.agent._approvals import check_gate, refuse
+from evalsweep.agent._lifecycle import ACTIONS, AuditedRunner, LifecycleTarget
+from evalsweep.agent._models import ActionDone, QuoteOut
+from evalsweep.agent._quotes import GateError, create_quote, params_hash
+from evalsweep.agent._state import SPEND, WRITE, AgentState, ToolRegistrar
+from evalsweep.errors import TargetError
+from evalsweep.store import Store
+
+
+def register_lifecycle_tools(state: AgentState, tool: ToolRegistrar, consent_type: Any) -> None:
+    """Add quote_action, deploy, stop, start and terminate to the server ``tool`` registers with."""
+
+    @tool(WRITE)  # records a quote; changes no machine
+    async def quote_action(target: str, action: str) -> QuoteOut:
+        """Price preview of deploy, stop, start or terminate on a target that has a lifecycle."""
+        chosen = state.target(target)
+        if not isinstance(chosen, LifecycleTarget):
+            raise TargetError(f"target {target!r} has no lifecycle (deploy/stop/start/terminate)")
+        if action not in ACTIONS:
+            raise TargetError(f"action {action!r}: use one of {', '.join(ACTIONS)}")
+        info = chosen.info()
+        rate = state.rate(target)
+        effect = {
+            "deploy": f"billing starts at ${rate:.2f}/h until stop or terminate",
+            "start": f"billing resumes at ${rate:.2f}/h until stop or terminate",
+            "stop": "compute billing stops; the disk is kept",
+            "terminate": "the machine and its disk are destroyed; billing ends",
+        }[action]
+        bills = action in ("deploy", "start")
+        quote = create_quote(
+            state.store,
+            kind="lifecycle",
+            target=target,
+            params={"kind": "lifecycle", "target": target, "action": action},
+            preview={
+                "hardware": info.hardware,
+                "effect": effect,
+                "estimated_seconds": 3600.0 if bills else 0.0,
+                "max_cost": rate * state.settings.max_job_hours if bills else 0.0,
+            },
+            hourly_rate=rate,
+            estimated_cost=rate if bills else 0.0,
+            needs_approval=True,
+            ttl_s=state.settings.quote_ttl_s,
+        )
+        return state.quote_out(quote, info.currency)
+
+    async def act(action: str, quote_id: str, consent: Any, ctx: Context) -> ActionDone:
+        store = state.store
+        state.apply_consent(quote_id, consent)
+        quote = state.load_or_refuse(quote_id)
+        state.pre_gate(quote, "lifecycle", action)
+        chosen = state.target(quote.target)
+        if not isinstance(chosen, LifecycleTarget):
+            raise refuse(store, quote_id, quote.target, f"{action}: target has no lifecycle")
+        connection = state.connection(ctx)
+        if action in ("deploy", "start"):
+            try:
+                state.jobs.check_budget(connection, quote.estimated_cost, quote.hourly_rate)
+            except GateError as exc:
+                raise refuse(store, quote_id, quote.target, str(exc)) from None
+        wanted = {"kind": "lifecycle", "target": quote.target, "action": action}
+        check_gate(store, quote_id, kind="lifecycle", current_hash=params_hash(wanted),
+                   used_by=action)  # fmt: skip
+        outcome = await anyio.to_thread.run_sync(
+            functools.partial(run_action, chosen, action, quote.target)
+        )
+        store.audit_event(
+            "lifecycle",
+            f"{action} {quote.target}: {outcome}",
+            target=quote.target,
+            detail={"quote": quote_id, "connection": connection},
+        )
+        if action in ("deploy", "start"):
+            ledger.open_item(
+                store,
+                f"{quote.target}:{action}:{quote_id}",
+                kind="machine",
+                connection=connection,
+                target=quote.target,
+                hourly_rate=quote.hourly_rate,
+            )
+        else:
+            for item in ledger.open_items(store):
+                if item[1] == "machine" and item[3] == quote.target:
+                    ledger.close_item(store, item[0])
+        return ActionDone(target=quote.target, action=action, quote_id=quote_id, result=outcome)
+
+    def run_action(target: LifecycleTarget, action: str, name: str) -> str:
+        """In a worker thread, with its own store connection, so the server keeps serving."""
+        with Store(state.store_path) as own:
+            runner = AuditedRunner(own, name, state.secrets.redact)
+            return str(getattr(target, action)(runner))
+
+    @tool(SPEND)
+    async def deploy(quote_id: str, consent: consent_type, ctx: Context) -> ActionDone:
+        """Deploy (create) the quoted target's machine; needs an approved quote_action quote."""
+        return await act("deploy", quote_id, consent, ctx)
+
+    @tool(SPEND)
+    async def stop(quote_id: str, consent: consent_type, ctx: Context) -> ActionDone:
+        """Stop the quoted target's machine (disk kept); needs an approved quote_action quote."""
+        return await act("stop", quote_id, consent, ctx)
+
+    @tool(SPEND)
+    async def start(quote_id: str, consent: consent_type, ctx: Context) -> ActionDone:
+        """Start the quoted target's stopped machine; needs an approved quote_action quote."""
+        return await act("start", quote_id, consent, ctx)
+
+    @tool(SPEND)
+    async def terminate(quote_id: str, consent: consent_type, ctx: Context) -> ActionDone:
+        """Destroy the quoted target's machine; needs an approved quote_action quote."""
+        return await act("terminate", quote_id, consent, ctx)

@@ -1,0 +1,28 @@
+"""Result tables for the chat: the same rich tables as the terminal, as plain text."""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Mapping
+from typing import Any
+
+from rich.console import Console
+
+
+def table_text(document: Mapping[str, Any], subjects: bool) -> str:
+    from evalsweep.report import render_subject_table, render_table
+
+    buffer = io.StringIO()
+    console = Console(file=buffer, width=160, color_system=None, force_terminal=False)
+    console.print(render_table(document["results"], document["comparisons"]))
+    if subjects:
+        console.print(render_subject_table(document["results"], document["comparisons"]))
+    return buffer.getvalue()
+
+
+def headline(document: Mapping[str, Any]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Task-level scores and comparisons (subjects dropped), as structured rows."""
+    keep = ("checkpoint", "task", "metric", "value", "stderr", "n")
+    results = [{k: r.get(k) for k in keep} for r in document["results"] if r.get("level") == "task"]
+    comparisons = [dict(c) for c in document["comparisons"] if c.get("subject") is None]
+    return results, comparisons
