@@ -79,7 +79,13 @@ def main() -> None:
 
 @main.command()
 @click.argument("checkpoints", nargs=-1, required=True)
-@click.option("--tasks", "-t", required=True, help="Comma-separated tasks, e.g. mmlu,gsm8k.")
+@click.option(
+    "--tasks",
+    "-t",
+    required=True,
+    help="Comma-separated tasks (mmlu, gsm8k, arc_easy, hellaswag...; `evalsweep tasks`) "
+    "or task files (my_task.yaml).",
+)
 @click.option(
     "--data-dir",
     type=click.Path(file_okay=False, path_type=Path),
@@ -96,6 +102,17 @@ def main() -> None:
 )
 @click.option("--batch-size", default="auto", show_default=True, help="Rows per batch, or auto.")
 @click.option("--trust-remote-code", is_flag=True, help="Allow checkpoints with custom code.")
+@click.option(
+    "--apply-chat-template",
+    is_flag=True,
+    help="Render prompts with each checkpoint's chat template (as lm-eval's).",
+)
+@click.option(
+    "--fewshot-as-multiturn/--no-fewshot-as-multiturn",
+    default=None,
+    help="Few-shot examples as user/assistant turns (default: on with --apply-chat-template).",
+)
+@click.option("--system-instruction", help="A system message put before the task's prompt.")
 @click.option(
     "--store",
     type=click.Path(dir_okay=False, path_type=Path),
@@ -141,6 +158,9 @@ def run(
     dtype: str,
     batch_size: str,
     trust_remote_code: bool,
+    apply_chat_template: bool,
+    fewshot_as_multiturn: bool | None,
+    system_instruction: str | None,
     store: Path | None,
     out: Path | None,
     samples_per_problem: int,
@@ -154,7 +174,7 @@ def run(
 ) -> None:
     """Score CHECKPOINTS (folders, org/name or org/name@revision) on the tasks, side by side."""
     from evalsweep.comparison import compare_results, pick_baseline
-    from evalsweep.engine import SweepSpec, run_sweep
+    from evalsweep.engine import ChatOptions, SweepSpec, run_sweep
     from evalsweep.models import BackendOptions
     from evalsweep.report import RichProgress, results_document, write_outputs
     from evalsweep.store import Store, default_store_path
@@ -174,6 +194,7 @@ def run(
             batch_size=_batch_size(batch_size),
             trust_remote_code=trust_remote_code,
         ),
+        chat=ChatOptions.from_flags(apply_chat_template, fewshot_as_multiturn, system_instruction),
     )
     pick_baseline(list(checkpoints), baseline)  # a wrong --baseline fails before any compute
     with Store(store or default_store_path()) as results_store:
