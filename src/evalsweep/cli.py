@@ -470,6 +470,39 @@ def _code_task(name: str, samples: int, temperature: float, ks: str) -> Any:
     return task_class(samples=samples, temperature=temperature, ks=k_values)
 
 
+@main.command("import-lm-eval")
+@click.argument("folder", type=click.Path(file_okay=False, exists=True, path_type=Path))
+@store_option
+@click.option("--json", "as_json", is_flag=True, help="Print what was imported as JSON.")
+@click.option("--debug", is_flag=True, help="Show tracebacks.")
+@user_errors
+def import_lm_eval_command(folder: Path, store: Path | None, as_json: bool, debug: bool) -> None:
+    """Store lm-evaluation-harness's --log_samples output found under FOLDER.
+
+    Afterwards `evalsweep compare`, `flips` and `report` pair its per-question
+    scores: name the model as lm-eval did (its pretrained= value) and the task
+    as lm-eval called it.
+    """
+    from dataclasses import asdict
+
+    from evalsweep.importers import import_lm_eval
+    from evalsweep.store import Store, default_store_path
+
+    with Store(store or default_store_path()) as results_store:
+        runs = import_lm_eval(folder, results_store)
+    if as_json:
+        click.echo(json.dumps([asdict(run) for run in runs], indent=2))
+        return
+    for run in runs:
+        tasks = ", ".join(f"{task} ({n} documents)" for task, n in run.tasks.items()) or "nothing"
+        stdout.print(
+            f"[bold]{run.checkpoint['reference']}[/bold] ({run.checkpoint['identity']}): {tasks}",
+            highlight=False,
+        )
+        if run.skipped:
+            stdout.print(f"[dim]  no samples for: {', '.join(run.skipped)}[/dim]", highlight=False)
+
+
 @main.command()
 @store_option
 @click.option("--host", default="127.0.0.1", show_default=True, help="Loopback address.")

@@ -11,6 +11,7 @@ from collections.abc import Callable
 from evalsweep.errors import TaskError
 from evalsweep.tasks._base import (
     AggregateScore,
+    ChatPrompt,
     DataSource,
     Document,
     MetricSpec,
@@ -18,12 +19,14 @@ from evalsweep.tasks._base import (
     ScoredDocument,
     Task,
     TaskData,
+    Turn,
 )
 from evalsweep.tasks.arc import ARC
 from evalsweep.tasks.custom import find_task_file, is_task_file, load_task_file
 from evalsweep.tasks.gsm8k import GSM8K
 from evalsweep.tasks.hellaswag import HellaSwag
 from evalsweep.tasks.humaneval import HumanEval
+from evalsweep.tasks.imported import ImportedTask
 from evalsweep.tasks.mbpp import MBPP
 from evalsweep.tasks.mmlu import MMLU, SUBJECTS
 
@@ -63,13 +66,17 @@ def list_tasks() -> list[str]:
 
 __all__ = [
     "AggregateScore",
+    "ChatPrompt",
     "DataSource",
     "Document",
+    "ImportedTask",
     "MetricSpec",
     "PreparedDocument",
     "ScoredDocument",
     "Task",
     "TaskData",
+    "Turn",
+    "SUBJECTS",
     "get_task",
     "list_tasks",
 ]
