@@ -1,4 +1,4 @@
-"""Per-question parity of evalsweep with lm-evaluation-harness on MMLU and GSM8K.
+"""Per-question parity of evalsweep with lm-evaluation-harness: MMLU, GSM8K, ARC, HellaSwag.
 
 Aggregate scores can agree while individual answers differ (errors cancel), so this
 compares every question: the MMLU letter each harness picks (from its four choice
@@ -7,8 +7,12 @@ exact_match scores. Both harnesses see the same small random-weight checkpoint, 
 locally with evalsweep's own builder, and the same local data; lm-eval runs its own task
 YAMLs with only the dataset source changed (see ``_lm_eval_tasks.py``).
 
-Exit status 1 when MMLU agreement < 99.9 %, GSM8K response agreement < 99 %, or any
-exact_match score differs.
+ARC and HellaSwag (``--tasks arc_easy,arc_challenge,hellaswag``) compare, per question,
+the choice picked under acc and under acc_norm and every choice's log-likelihood.
+
+Exit status 1 when MMLU agreement < 99.9 %, GSM8K response agreement < 99 %, any
+exact_match score differs, or an ARC/HellaSwag pick differs or a log-likelihood differs
+by more than 1e-5 relative.
 
 Example (defaults take ~10 minutes on 2 CPU cores)::
 
@@ -48,6 +52,9 @@ from _lm_eval_tasks import (  # noqa: E402
 LETTERS = "ABCD"
 CHOICE_TASKS = ("arc_easy", "arc_challenge", "hellaswag")
 CHOICE_THRESHOLD = 1.0
+#: Log-likelihoods agree within 1e-5 relative: sums of ~100 float32 log-probabilities
+#: of magnitude 100-500 differ by a float32 ulp or two (1.5e-5 to 6e-5 absolute) between
+#: lm-eval's batch of one and evalsweep's batches.
 LL_TOLERANCE = 1e-5
 GSM8K_FILTERS = ("strict-match", "flexible-extract")
 MMLU_THRESHOLD = 0.999
@@ -199,6 +206,7 @@ class ChoiceParity:
     ties: int = 0
     ll_over_tolerance: int = 0
     max_abs_ll_diff: float = 0.0
+    max_rel_ll_diff: float = 0.0
     missing: list[str] = field(default_factory=list)
     disagreements: list[str] = field(default_factory=list)
 
@@ -225,8 +233,10 @@ def compare_choice(
         lm_lls = [float(resp[0][0]) for resp in lm[doc_id]["resps"]]
         es_lls = [float(x) for x in es[doc_id]["logprobs"]]
         diff = max(abs(a - b) for a, b in zip(lm_lls, es_lls, strict=True))
+        relative = max(abs(a - b) / max(1.0, abs(a)) for a, b in zip(lm_lls, es_lls, strict=True))
         out.max_abs_ll_diff = max(out.max_abs_ll_diff, diff)
-        out.ll_over_tolerance += diff > LL_TOLERANCE
+        out.max_rel_ll_diff = max(out.max_rel_ll_diff, relative)
+        out.ll_over_tolerance += relative > LL_TOLERANCE
         out.compared += 1
         choices = lm[doc_id]["doc"].get("choices")
         lengths = [len(c) for c in (choices["text"] if isinstance(choices, dict) else choices)]
@@ -236,7 +246,7 @@ def compare_choice(
         out.same_pred += lm_pred == mine["pred"]
         out.same_pred_norm += lm_norm == mine["pred_norm"]
         out.ties += has_tie(lm_lls)
-        if lm_pred != mine["pred"] or lm_norm != mine["pred_norm"] or diff > LL_TOLERANCE:
+        if lm_pred != mine["pred"] or lm_norm != mine["pred_norm"] or relative > LL_TOLERANCE:
             out.disagreements.append(
                 f"{task}/{doc_id}: lm-eval acc pick {lm_pred}, norm {lm_norm}; evalsweep "
                 f"{mine['pred']}, {mine['pred_norm']}; max |d loglik| {diff:.2e}"
@@ -500,7 +510,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         say(
             f"{task.upper()} acc pick identical {choice.same_pred}/{choice.compared}, acc_norm "
             f"pick identical {choice.same_pred_norm}/{choice.compared}; max |d loglik| = "
-            f"{choice.max_abs_ll_diff:.2e} ({choice.ll_over_tolerance} over {LL_TOLERANCE:g}); "
+            f"{choice.max_abs_ll_diff:.2e}, relative {choice.max_rel_ll_diff:.1e} "
+            f"({choice.ll_over_tolerance} over {LL_TOLERANCE:g} relative); "
             f"exact ties {choice.ties}; missing {len(choice.missing)}"
         )
         for line in (choice.missing + choice.disagreements)[: args.show]:
@@ -552,7 +563,8 @@ def results_section(args: argparse.Namespace, summary: Sequence[str]) -> str:
         f"random weights (seed {args.seed}), float32, CPU. {args.num_fewshot}-shot; MMLU first "
         f"{args.mmlu_limit} rows of each subject, GSM8K first {args.gsm8k_limit} problems; "
         f"lm-eval batch size {args.lm_eval_batch_size}, evalsweep batch size "
-        f"{args.evalsweep_batch_size or 'default'}."
+        f"{args.evalsweep_batch_size or 'default'}. ARC and HellaSwag: first "
+        f"{args.choice_limit} questions, {args.choice_fewshot}-shot. Tasks: {args.tasks}."
     )
     return "\n".join(
         [
