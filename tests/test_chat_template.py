@@ -43,7 +43,7 @@ def chat_checkpoint(tmp_path_factory: pytest.TempPathFactory, gpt2_a: Path) -> P
 def lm_eval_arc_task(data_dir: Path, folder: Path) -> Any:
     """lm-eval's own arc_easy task object reading the local Test and Dev files."""
     import lm_eval
-    from lm_eval.tasks import TaskManager, get_task_dict
+    from lm_eval.tasks import TaskManager
 
     config = yaml.safe_load(
         (Path(lm_eval.__file__).parent / "tasks" / "arc" / "arc_easy.yaml").read_text()
@@ -78,7 +78,7 @@ def lm_eval_arc_task(data_dir: Path, folder: Path) -> Any:
     config.pop("dataset_name")
     (folder / "chat_arc_easy.yaml").write_text(yaml.safe_dump(config), encoding="utf-8")
     manager = TaskManager(include_path=str(folder), include_defaults=False)
-    task = get_task_dict(["chat_arc_easy"], manager)["chat_arc_easy"]
+    task = manager.load(["chat_arc_easy"])["tasks"]["chat_arc_easy"]
     task.set_fewshot_seed(1234)
     return task
 
