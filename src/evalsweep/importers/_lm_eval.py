@@ -271,7 +271,7 @@ def _read_json(path: Path) -> dict[str, Any]:
 
 
 def _read_jsonl(path: Path) -> list[tuple[int, Row]]:
-    rows = []
+    rows: list[tuple[int, Row]] = []
     with path.open(encoding="utf-8") as handle:
         for number, text in enumerate(handle, start=1):
             if not text.strip():

@@ -165,7 +165,7 @@ class _Spec:
             name = item.get("metric") if isinstance(item, dict) else item
             if name not in allowed:
                 raise self.fail("metric_list", f"{name!r} is not one of {', '.join(allowed)}")
-            names.append(name)
+            names.append(str(name))
         if not names:
             raise self.fail("metric_list", "needs at least one metric")
         return tuple(MetricSpec(name) for name in names)

@@ -117,12 +117,14 @@ class HellaSwag(MultipleChoiceTask):
             }
         else:
             folder = Path(source.data_dir) / "hellaswag"
-            test = read_text_format(_find(folder, "val"), limit)
+            validation = _find(folder, "val")
+            assert validation is not None
+            test = read_text_format(validation, limit)
             train_file = _find(folder, "train", required=False)
             if train_file is not None:
-                pool = {"fewshot": read_text_format(train_file)}
+                pool = {"fewshot": list(read_text_format(train_file))}
             else:
-                pool = {"eval": test if limit is None else read_text_format(_find(folder, "val"))}
+                pool = {"eval": list(test if limit is None else read_text_format(validation))}
         documents = [Document(str(i), i, row) for i, row in enumerate(test)]
         return TaskData(documents, pool, source.describe())
 
