@@ -47,11 +47,13 @@ def preprocess(text: str) -> str:
 def process_hub_row(row: Row) -> dict[str, Any]:
     """lm-eval's ``process_docs`` for one Hub row."""
     ctx = row["ctx_a"] + " " + row["ctx_b"].capitalize()
+    query = preprocess(row["activity_label"] + ": " + ctx)
     return {
         **row,
-        "query": preprocess(row["activity_label"] + ": " + ctx),
+        "query": query,
         "choices": [preprocess(ending) for ending in row["endings"]],
         "gold": int(row["label"]),
+        "question": query,  # what flips and samples.jsonl show
     }
 
 
@@ -79,11 +81,13 @@ def read_text_format(path: Path, limit: int | None = None) -> list[dict[str, Any
         context, label, *endings = lines[start : start + LINES_PER_ITEM]
         if label.strip() not in ("0", "1", "2", "3"):
             raise DataError(f"{path}:{start + 2}: gold index must be 0-3, found {label!r}")
+        query = preprocess(context)
         items.append(
             {
-                "query": preprocess(context),
+                "query": query,
                 "choices": [preprocess(ending) for ending in endings],
                 "gold": int(label),
+                "question": query,  # what flips and samples.jsonl show
             }
         )
     return items
