@@ -257,3 +257,40 @@ def test_results_without_log_samples_say_so(
     done = evalsweep(["import-lm-eval", str(tmp_path), "--store", str(tmp_path / "s.db")], cli_env)
     assert done.returncode == 2
     assert "--log_samples" in done.stderr
+
+
+def test_hub_models_are_compared_by_the_name_lm_eval_recorded(
+    lm_eval_logs: Imported, tmp_path: Path, cli_env: dict[str, str]
+) -> None:
+    """A model lm-eval loaded from the Hub is not looked up: it keeps lm-eval's name."""
+    for name, hub_id in (("a", "example-org/model-x"), ("b", "example-org/model-y")):
+        folder = tmp_path / "logs" / name
+        folder.mkdir(parents=True)
+        for source in lm_eval_logs.outputs[name].rglob("*.json*"):
+            (folder / source.name).write_bytes(source.read_bytes())
+        (results_path,) = folder.glob("results_*.json")
+        results = json.loads(results_path.read_text())
+        results["config"]["model_args"] = f"pretrained={hub_id},dtype=float32"
+        results["model_name"] = hub_id
+        results_path.write_text(json.dumps(results))
+    store = str(tmp_path / "hub.db")
+    done = evalsweep(
+        ["import-lm-eval", str(tmp_path / "logs"), "--store", store, "--json"], cli_env
+    )
+    assert done.returncode == 0, done.stderr
+    identities = {run["checkpoint"]["identity"] for run in json.loads(done.stdout)}
+    assert identities == {"lm-eval:example-org/model-x", "lm-eval:example-org/model-y"}
+    compare = evalsweep(
+        ["compare", "example-org/model-x", "example-org/model-y", "--tasks", "imp_arc_easy",
+         "--store", store, "--json"],
+        cli_env,
+    )  # fmt: skip
+    assert compare.returncode == 0, compare.stderr
+    document = json.loads(compare.stdout)
+    theirs = lm_eval_results(lm_eval_logs.outputs["a"])["results"]["imp_arc_easy"]["acc,none"]
+    mine = [
+        r["value"]
+        for r in document["results"]
+        if r["checkpoint"] == "example-org/model-x" and r["metric"] == "acc"
+    ]
+    assert mine == [pytest.approx(theirs, abs=1e-12)]
