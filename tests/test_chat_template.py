@@ -176,3 +176,22 @@ def test_fewshot_as_multiturn_needs_a_chat_template(
     )  # fmt: skip
     assert done.returncode == 2
     assert "--fewshot-as-multiturn needs --apply-chat-template" in done.stderr
+
+
+@pytest.mark.slow
+def test_system_instruction_without_template_is_plain_text_as_lm_eval(
+    gpt2_a: Path, data_dir: Path, tmp_path: Path, cli_env: dict[str, str]
+) -> None:
+    store = tmp_path / "s.db"
+    done = subprocess.run(
+        [sys.executable, "-m", "evalsweep", "run", str(gpt2_a), "--tasks", "arc_easy", "--limit",
+         "2", "--num-fewshot", "1", "--data-dir", str(data_dir), "--device", "cpu",
+         "--system-instruction", SYSTEM, "--store", str(store), "--out", str(tmp_path / "out")],
+        env=cli_env, capture_output=True, text=True, check=False, timeout=600,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    samples = [json.loads(x) for x in (tmp_path / "out" / "samples.jsonl").read_text().splitlines()]
+    reference = lm_eval_arc_task(data_dir, tmp_path)
+    for doc, sample in zip(list(reference.eval_docs)[:2], samples, strict=True):
+        prompt = reference.fewshot_context(doc, 1, system_instruction=SYSTEM)
+        assert sample["prompt"] == prompt and prompt.startswith(SYSTEM + "Question: ")
