@@ -194,11 +194,120 @@ def write_gsm8k_task(data_dir: Path, out_dir: Path) -> str:
     return str(cfg["task"])
 
 
+def read_arc_jsonl(path: Path) -> list[dict[str, Any]]:
+    """AI2's original ARC rows in the Hub's ``allenai/ai2_arc`` schema, in file order."""
+    rows = []
+    with path.open(encoding="utf-8") as handle:
+        for line in handle:
+            if line.strip():
+                row = json.loads(line)
+                rows.append(
+                    {
+                        "id": row["id"],
+                        "question": row["question"]["stem"],
+                        "choices": {
+                            "text": [c["text"] for c in row["question"]["choices"]],
+                            "label": [c["label"] for c in row["question"]["choices"]],
+                        },
+                        "answerKey": row["answerKey"],
+                    }
+                )
+    return rows
+
+
+def write_arc_tasks(data_dir: Path, out_dir: Path) -> list[str]:
+    """Write ``local_arc_easy`` and ``local_arc_challenge`` reading AI2's local JSONL.
+
+    lm-eval's own YAMLs, with the Hub dataset replaced by the converted Test and Dev
+    files. The local data has no train split, so ``training_split`` is unset and
+    lm-eval takes few-shot examples from validation (Dev), as evalsweep does locally.
+    """
+    names = []
+    task_dir = out_dir / "arc"
+    task_dir.mkdir(parents=True, exist_ok=True)
+    for name, subset in (("arc_easy", "ARC-Easy"), ("arc_challenge", "ARC-Challenge")):
+        cfg = _load_with_includes(lm_eval_tasks_dir() / "arc" / f"{name}.yaml")
+        assert cfg.pop("dataset_path") == "allenai/ai2_arc"
+        assert cfg.pop("dataset_name") == subset
+        files = {}
+        for split, local in (("test", "Test"), ("validation", "Dev")):
+            jsonl = out_dir / "data" / "arc" / f"{subset}-{local}.jsonl"
+            _write_jsonl(
+                jsonl, read_arc_jsonl(data_dir / "arc" / subset / f"{subset}-{local}.jsonl")
+            )
+            files[split] = str(jsonl)
+        cfg = {
+            **cfg,
+            "task": PREFIX + name,
+            "tag": _prefixed(cfg["tag"]),
+            "dataset_path": "json",
+            "dataset_kwargs": {"data_files": files},
+            "training_split": None,
+        }
+        _dump(task_dir / f"{cfg['task']}.yaml", cfg)
+        names.append(cfg["task"])
+    return names
+
+
+def read_hellaswag_text(path: Path) -> list[dict[str, Any]]:
+    """The six-lines-per-item text format as Hub-shaped rows lm-eval's ``process_docs`` reads.
+
+    The first line is ``activity_label + ": " + ctx`` already joined; it is split at the
+    first ": " and the rest kept whole as ``ctx_a`` with an empty ``ctx_b``, so lm-eval
+    rebuilds exactly that line (``ctx_a + " " + ""`` then ``strip``).
+    """
+    import bz2
+
+    with bz2.open(path, "rt", encoding="utf-8") as handle:
+        lines = handle.read().split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()
+    rows = []
+    for start in range(0, len(lines), 6):
+        context, label, *endings = lines[start : start + 6]
+        activity, _, ctx = context.partition(": ")
+        rows.append(
+            {"activity_label": activity, "ctx_a": ctx, "ctx_b": "", "endings": endings,
+             "label": label.strip()}
+        )  # fmt: skip
+    return rows
+
+
+def write_hellaswag_task(data_dir: Path, out_dir: Path) -> str:
+    """Write ``local_hellaswag``: lm-eval's YAML and ``utils.py`` reading the local text file.
+
+    The YAML has a ``!function`` tag, so it is edited as text: only the task name and the
+    dataset source change (validation only; no training split, as evalsweep locally).
+    """
+    import shutil
+
+    src = lm_eval_tasks_dir() / "hellaswag"
+    task_dir = out_dir / "hellaswag"
+    task_dir.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(src / "utils.py", task_dir / "utils.py")
+    jsonl = out_dir / "data" / "hellaswag" / "validation.jsonl"
+    _write_jsonl(jsonl, read_hellaswag_text(data_dir / "hellaswag" / "hellaswag_val_full.txt.bz2"))
+    text = (src / "hellaswag.yaml").read_text(encoding="utf-8")
+    replacements = {
+        "task: hellaswag\n": f"task: {PREFIX}hellaswag\n",
+        "dataset_path: Rowan/hellaswag\n": "dataset_path: json\n"
+        f"dataset_kwargs:\n  data_files:\n    validation: {json.dumps(str(jsonl))}\n",
+        "training_split: train\n": "training_split: null\n",
+    }
+    for old, new in replacements.items():
+        assert text.count(old) == 1, f"lm-eval's hellaswag.yaml changed: {old!r}"
+        text = text.replace(old, new)
+    (task_dir / f"{PREFIX}hellaswag.yaml").write_text(text, encoding="utf-8")
+    return f"{PREFIX}hellaswag"
+
+
 def write_task_dir(out_dir: Path, data_dir: Path = DEFAULT_DATA_DIR) -> Path:
     """Write all local task YAMLs and converted data under ``out_dir`` (the --include_path)."""
     out_dir.mkdir(parents=True, exist_ok=True)
     write_mmlu_tasks(data_dir.resolve(), out_dir)
     write_gsm8k_task(data_dir.resolve(), out_dir)
+    write_arc_tasks(data_dir.resolve(), out_dir)
+    write_hellaswag_task(data_dir.resolve(), out_dir)
     return out_dir
 
 
@@ -418,6 +527,8 @@ def _num(value: Any) -> float:
 
 def _aggregate_name(record: dict[str, Any], task: str | None) -> str:
     level, group, metric = record.get("level"), record.get("group"), record["metric"]
+    if task in ("arc_easy", "arc_challenge", "hellaswag"):
+        return f"{task} {metric}"
     if task == "gsm8k" or str(metric).startswith("exact_match"):
         return f"gsm8k {metric}"
     if level == "subject":

@@ -1,4 +1,4 @@
-"""Per-question parity of evalsweep with lm-evaluation-harness on MMLU and GSM8K.
+"""Per-question parity of evalsweep with lm-evaluation-harness: MMLU, GSM8K, ARC, HellaSwag.
 
 Aggregate scores can agree while individual answers differ (errors cancel), so this
 compares every question: the MMLU letter each harness picks (from its four choice
@@ -7,8 +7,12 @@ exact_match scores. Both harnesses see the same small random-weight checkpoint, 
 locally with evalsweep's own builder, and the same local data; lm-eval runs its own task
 YAMLs with only the dataset source changed (see ``_lm_eval_tasks.py``).
 
-Exit status 1 when MMLU agreement < 99.9 %, GSM8K response agreement < 99 %, or any
-exact_match score differs.
+ARC and HellaSwag (``--tasks arc_easy,arc_challenge,hellaswag``) compare, per question,
+the choice picked under acc and under acc_norm and every choice's log-likelihood.
+
+Exit status 1 when MMLU agreement < 99.9 %, GSM8K response agreement < 99 %, any
+exact_match score differs, or an ARC/HellaSwag pick differs or a log-likelihood differs
+by more than 1e-5 relative.
 
 Example (defaults take ~10 minutes on 2 CPU cores)::
 
@@ -46,6 +50,12 @@ from _lm_eval_tasks import (  # noqa: E402
 )
 
 LETTERS = "ABCD"
+CHOICE_TASKS = ("arc_easy", "arc_challenge", "hellaswag")
+CHOICE_THRESHOLD = 1.0
+#: Log-likelihoods agree within 1e-5 relative: sums of ~100 float32 log-probabilities
+#: of magnitude 100-500 differ by a float32 ulp or two (1.5e-5 to 6e-5 absolute) between
+#: lm-eval's batch of one and evalsweep's batches.
+LL_TOLERANCE = 1e-5
 GSM8K_FILTERS = ("strict-match", "flexible-extract")
 MMLU_THRESHOLD = 0.999
 GSM8K_THRESHOLD = 0.99
@@ -186,12 +196,70 @@ def gsm8k_diversity(es_rows: Sequence[Row]) -> str:
     return f"{distinct} distinct responses, {extracted} with a flexible-extract answer"
 
 
+@dataclass
+class ChoiceParity:
+    """Per-question agreement on a multiple-choice task (ARC, HellaSwag)."""
+
+    compared: int = 0
+    same_pred: int = 0
+    same_pred_norm: int = 0
+    ties: int = 0
+    ll_over_tolerance: int = 0
+    max_abs_ll_diff: float = 0.0
+    max_rel_ll_diff: float = 0.0
+    missing: list[str] = field(default_factory=list)
+    disagreements: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return (
+            self.compared > 0
+            and self.same_pred == self.same_pred_norm == self.compared
+            and self.ll_over_tolerance == 0
+            and not self.missing
+        )
+
+
+def compare_choice(
+    task: str, lm_samples: Mapping[str, list[Row]], es_rows: Sequence[Row]
+) -> ChoiceParity:
+    """Match by doc_id; compare the acc and acc_norm picks and every choice's log-likelihood."""
+    lm = {int(row["doc_id"]): row for row in lm_samples.get(PREFIX + task, [])}
+    es = {int(row["doc_id"]): row for row in es_rows if row["task"] == task}
+    out = ChoiceParity()
+    out.missing = [f"{d} (evalsweep)" for d in sorted(lm.keys() - es.keys())]
+    out.missing += [f"{d} (lm-eval)" for d in sorted(es.keys() - lm.keys())]
+    for doc_id in sorted(lm.keys() & es.keys()):
+        lm_lls = [float(resp[0][0]) for resp in lm[doc_id]["resps"]]
+        es_lls = [float(x) for x in es[doc_id]["logprobs"]]
+        diff = max(abs(a - b) for a, b in zip(lm_lls, es_lls, strict=True))
+        relative = max(abs(a - b) / max(1.0, abs(a)) for a, b in zip(lm_lls, es_lls, strict=True))
+        out.max_abs_ll_diff = max(out.max_abs_ll_diff, diff)
+        out.max_rel_ll_diff = max(out.max_rel_ll_diff, relative)
+        out.ll_over_tolerance += relative > LL_TOLERANCE
+        out.compared += 1
+        choices = lm[doc_id]["doc"].get("choices")
+        lengths = [len(c) for c in (choices["text"] if isinstance(choices, dict) else choices)]
+        lm_pred = first_argmax(lm_lls)
+        lm_norm = first_argmax([ll / n for ll, n in zip(lm_lls, lengths, strict=True)])
+        mine = es[doc_id]
+        out.same_pred += lm_pred == mine["pred"]
+        out.same_pred_norm += lm_norm == mine["pred_norm"]
+        out.ties += has_tie(lm_lls)
+        if lm_pred != mine["pred"] or lm_norm != mine["pred_norm"] or relative > LL_TOLERANCE:
+            out.disagreements.append(
+                f"{task}/{doc_id}: lm-eval acc pick {lm_pred}, norm {lm_norm}; evalsweep "
+                f"{mine['pred']}, {mine['pred_norm']}; max |d loglik| {diff:.2e}"
+            )
+    return out
+
+
 def compare_requests(
     lm_samples: Mapping[str, list[Row]],
     tasks: Sequence[str],
     data_dir: Path,
     limits: Mapping[str, int],
-    num_fewshot: int,
+    num_fewshot: Mapping[str, int],
 ) -> dict[str, tuple[int, int, list[str]]]:
     """Compare evalsweep's requests with the ones lm-eval logged, per task.
 
@@ -204,7 +272,8 @@ def compare_requests(
 
     lm: dict[tuple[str, str, int], Row] = {}
     for name, rows in lm_samples.items():
-        task = "gsm8k" if name == f"{PREFIX}gsm8k" else "mmlu"
+        bare = name.removeprefix(PREFIX)
+        task = bare if bare in ("gsm8k", *CHOICE_TASKS) else "mmlu"
         subject = name.removeprefix(f"{PREFIX}mmlu_") if task == "mmlu" else ""
         for row in rows:
             lm.setdefault((task, subject, int(row["doc_id"])), row)
@@ -212,7 +281,7 @@ def compare_requests(
     for task_name in tasks:
         task = get_task(task_name)
         prepared = task.prepare(
-            task.load(DataSource(str(data_dir)), limits[task_name]), num_fewshot
+            task.load(DataSource(str(data_dir)), limits[task_name]), num_fewshot[task_name]
         )
         same = compared = 0
         diffs: list[str] = []
@@ -268,6 +337,13 @@ def lm_eval_aggregates(results: Mapping[str, Any]) -> dict[str, tuple[float, flo
                     entry[f"exact_match_stderr,{f}"],
                     n,
                 )
+        elif name.removeprefix(PREFIX) in CHOICE_TASKS:
+            for metric in ("acc", "acc_norm"):
+                out[f"{name.removeprefix(PREFIX)} {metric}"] = (
+                    entry[f"{metric},none"],
+                    entry[f"{metric}_stderr,none"],
+                    n,
+                )
         elif name == f"{PREFIX}mmlu":
             out["mmlu"] = (entry["acc,none"], entry["acc_stderr,none"], n)
         elif name.startswith(f"{PREFIX}mmlu_") and "acc,none" in entry:
@@ -287,7 +363,7 @@ def print_aggregates(lm: Aggregates, es: Aggregates) -> list[str]:
     """Print both harnesses' aggregates side by side; return the names whose figures differ."""
     print(f"\n{'aggregate':<40} {'lm-eval':>17} {'evalsweep':>17}  same")
     differ = []
-    for name in sorted(lm, key=lambda k: (not k.startswith(("mmlu", "gsm8k")), k)):
+    for name in sorted(lm, key=lambda k: (not k.startswith(("mmlu", "gsm8k", *CHOICE_TASKS)), k)):
         lv, ls, _ = lm[name]
         mine = es.get(name)
         if mine is None:
@@ -316,7 +392,17 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--width", type=int, default=64)
     parser.add_argument("--n-head", type=int, default=4)
     parser.add_argument("--seed", type=int, default=0, help="weight init seed")
-    parser.add_argument("--tasks", default="mmlu,gsm8k", help="comma list of mmlu, gsm8k")
+    parser.add_argument(
+        "--tasks",
+        default="mmlu,gsm8k",
+        help="comma list of mmlu, gsm8k, arc_easy, arc_challenge, hellaswag",
+    )
+    parser.add_argument(
+        "--choice-limit", type=int, default=100, help="ARC/HellaSwag: first N questions"
+    )
+    parser.add_argument(
+        "--choice-fewshot", type=int, default=0, help="ARC/HellaSwag few-shot (lm-eval: 0)"
+    )
     parser.add_argument("--mmlu-limit", type=int, default=10, help="first N rows per subject")
     parser.add_argument("--gsm8k-limit", type=int, default=50, help="first N test problems")
     parser.add_argument("--num-fewshot", type=int, default=5)
@@ -349,6 +435,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     include = write_task_dir(work / "lm_eval_tasks", data_dir)
     limits = {"mmlu": args.mmlu_limit, "gsm8k": args.gsm8k_limit}
+    limits.update(dict.fromkeys(CHOICE_TASKS, args.choice_limit))
+    shots = {"mmlu": args.num_fewshot, "gsm8k": args.num_fewshot}
+    shots.update(dict.fromkeys(CHOICE_TASKS, args.choice_fewshot))
 
     lm_results: dict[str, Any] = {}
     lm_samples: dict[str, list[Row]] = {}
@@ -359,7 +448,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         lm_out = work / f"lm_eval-{task}"
         cmd = lm_eval_command(
             ckpt, PREFIX + task, include, lm_out, limit=limits[task],
-            num_fewshot=args.num_fewshot, batch_size=args.lm_eval_batch_size,
+            num_fewshot=shots[task], batch_size=args.lm_eval_batch_size,
         )  # fmt: skip
         measured = run_measured(cmd, work / f"lm_eval-{task}.log")
         print(f"lm-eval   {task:<6} {measured.wall_s:7.1f} s  rc={measured.returncode}")
@@ -376,7 +465,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         es_out = work / f"evalsweep-{task}"
         cmd = evalsweep_command(
             [ckpt], task, data_dir, es_out, store=work / f"store-{task}.db",
-            limit=limits[task], num_fewshot=args.num_fewshot,
+            limit=limits[task], num_fewshot=shots[task],
             batch_size=args.evalsweep_batch_size,
         )  # fmt: skip
         measured = run_measured(cmd, work / f"evalsweep-{task}.log")
@@ -396,7 +485,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         summary.append(line)
 
     try:
-        checks = compare_requests(lm_samples, tasks, data_dir, limits, args.num_fewshot)
+        checks = compare_requests(lm_samples, tasks, data_dir, limits, shots)
     except (ImportError, AttributeError, TypeError, KeyError) as exc:
         say(f"request check unavailable (evalsweep's task API changed?): {exc!r}")
         checks = {}
@@ -416,6 +505,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         for line in (mmlu.missing + mmlu.disagreements)[: args.show]:
             say(f"   {line}")
         failed |= not mmlu.rate >= MMLU_THRESHOLD or bool(mmlu.missing)
+    for task in (t for t in tasks if t in CHOICE_TASKS):
+        choice = compare_choice(task, lm_samples, es_rows)
+        say(
+            f"{task.upper()} acc pick identical {choice.same_pred}/{choice.compared}, acc_norm "
+            f"pick identical {choice.same_pred_norm}/{choice.compared}; max |d loglik| = "
+            f"{choice.max_abs_ll_diff:.2e}, relative {choice.max_rel_ll_diff:.1e} "
+            f"({choice.ll_over_tolerance} over {LL_TOLERANCE:g} relative); "
+            f"exact ties {choice.ties}; missing {len(choice.missing)}"
+        )
+        for line in (choice.missing + choice.disagreements)[: args.show]:
+            say(f"   {line}")
+        failed |= not choice.ok
     if "gsm8k" in tasks:
         gsm = compare_gsm8k(lm_samples, es_rows)
         say(
@@ -435,7 +536,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     lm_agg = lm_eval_aggregates(lm_results)
     differ = print_aggregates(lm_agg, es_aggregates)
     gsm_differ = [
-        k for k in lm_agg if k.startswith("gsm8k") and k in es_aggregates
+        k for k in lm_agg if k.startswith(("gsm8k", *CHOICE_TASKS)) and k in es_aggregates
         and not math.isclose(lm_agg[k][0], es_aggregates[k][0], abs_tol=1e-9)
     ]  # fmt: skip
     failed |= bool(gsm_differ)
@@ -462,7 +563,8 @@ def results_section(args: argparse.Namespace, summary: Sequence[str]) -> str:
         f"random weights (seed {args.seed}), float32, CPU. {args.num_fewshot}-shot; MMLU first "
         f"{args.mmlu_limit} rows of each subject, GSM8K first {args.gsm8k_limit} problems; "
         f"lm-eval batch size {args.lm_eval_batch_size}, evalsweep batch size "
-        f"{args.evalsweep_batch_size or 'default'}."
+        f"{args.evalsweep_batch_size or 'default'}. ARC and HellaSwag: first "
+        f"{args.choice_limit} questions, {args.choice_fewshot}-shot. Tasks: {args.tasks}."
     )
     return "\n".join(
         [

@@ -79,7 +79,13 @@ def main() -> None:
 
 @main.command()
 @click.argument("checkpoints", nargs=-1, required=True)
-@click.option("--tasks", "-t", required=True, help="Comma-separated tasks, e.g. mmlu,gsm8k.")
+@click.option(
+    "--tasks",
+    "-t",
+    required=True,
+    help="Comma-separated tasks (mmlu, gsm8k, arc_easy, hellaswag...; `evalsweep tasks`) "
+    "or task files (my_task.yaml).",
+)
 @click.option(
     "--data-dir",
     type=click.Path(file_okay=False, path_type=Path),
@@ -96,6 +102,17 @@ def main() -> None:
 )
 @click.option("--batch-size", default="auto", show_default=True, help="Rows per batch, or auto.")
 @click.option("--trust-remote-code", is_flag=True, help="Allow checkpoints with custom code.")
+@click.option(
+    "--apply-chat-template",
+    is_flag=True,
+    help="Render prompts with each checkpoint's chat template (as lm-eval's).",
+)
+@click.option(
+    "--fewshot-as-multiturn/--no-fewshot-as-multiturn",
+    default=None,
+    help="Few-shot examples as user/assistant turns (default: on with --apply-chat-template).",
+)
+@click.option("--system-instruction", help="A system message put before the task's prompt.")
 @click.option(
     "--store",
     type=click.Path(dir_okay=False, path_type=Path),
@@ -141,6 +158,9 @@ def run(
     dtype: str,
     batch_size: str,
     trust_remote_code: bool,
+    apply_chat_template: bool,
+    fewshot_as_multiturn: bool | None,
+    system_instruction: str | None,
     store: Path | None,
     out: Path | None,
     samples_per_problem: int,
@@ -154,7 +174,7 @@ def run(
 ) -> None:
     """Score CHECKPOINTS (folders, org/name or org/name@revision) on the tasks, side by side."""
     from evalsweep.comparison import compare_results, pick_baseline
-    from evalsweep.engine import SweepSpec, run_sweep
+    from evalsweep.engine import ChatOptions, SweepSpec, run_sweep
     from evalsweep.models import BackendOptions
     from evalsweep.report import RichProgress, results_document, write_outputs
     from evalsweep.store import Store, default_store_path
@@ -174,6 +194,7 @@ def run(
             batch_size=_batch_size(batch_size),
             trust_remote_code=trust_remote_code,
         ),
+        chat=ChatOptions.from_flags(apply_chat_template, fewshot_as_multiturn, system_instruction),
     )
     pick_baseline(list(checkpoints), baseline)  # a wrong --baseline fails before any compute
     with Store(store or default_store_path()) as results_store:
@@ -447,6 +468,39 @@ def _code_task(name: str, samples: int, temperature: float, ks: str) -> Any:
         raise click.BadParameter(f"--k {ks!r} is not a comma-separated list of numbers") from None
     task_class = HumanEval if name == "humaneval" else MBPP
     return task_class(samples=samples, temperature=temperature, ks=k_values)
+
+
+@main.command("import-lm-eval")
+@click.argument("folder", type=click.Path(file_okay=False, exists=True, path_type=Path))
+@store_option
+@click.option("--json", "as_json", is_flag=True, help="Print what was imported as JSON.")
+@click.option("--debug", is_flag=True, help="Show tracebacks.")
+@user_errors
+def import_lm_eval_command(folder: Path, store: Path | None, as_json: bool, debug: bool) -> None:
+    """Store lm-evaluation-harness's --log_samples output found under FOLDER.
+
+    Afterwards `evalsweep compare`, `flips` and `report` pair its per-question
+    scores: name the model as lm-eval did (its pretrained= value) and the task
+    as lm-eval called it.
+    """
+    from dataclasses import asdict
+
+    from evalsweep.importers import import_lm_eval
+    from evalsweep.store import Store, default_store_path
+
+    with Store(store or default_store_path()) as results_store:
+        runs = import_lm_eval(folder, results_store)
+    if as_json:
+        click.echo(json.dumps([asdict(run) for run in runs], indent=2))
+        return
+    for run in runs:
+        tasks = ", ".join(f"{task} ({n} documents)" for task, n in run.tasks.items()) or "nothing"
+        stdout.print(
+            f"[bold]{run.checkpoint['reference']}[/bold] ({run.checkpoint['identity']}): {tasks}",
+            highlight=False,
+        )
+        if run.skipped:
+            stdout.print(f"[dim]  no samples for: {', '.join(run.skipped)}[/dim]", highlight=False)
 
 
 @main.command()

@@ -5,6 +5,7 @@ asks its backend only for what the store lacks, and commits scores chunk by
 chunk so interrupted sweeps resume.
 """
 
+from evalsweep.engine._chat import ChatOptions
 from evalsweep.engine._stored import stored_sweep
 from evalsweep.engine._sweep import (
     CheckpointTaskResult,
@@ -19,6 +20,7 @@ from evalsweep.engine._sweep import (
 )
 
 __all__ = [
+    "ChatOptions",
     "CheckpointTaskResult",
     "Progress",
     "SilentProgress",

@@ -19,9 +19,9 @@ from evalsweep.engine._sweep import (
     TaskRun,
     _scored,
 )
-from evalsweep.errors import CheckpointError, ComparisonError
+from evalsweep.errors import CheckpointError, ComparisonError, TaskError
 from evalsweep.store import Store
-from evalsweep.tasks import Document, get_task
+from evalsweep.tasks import Document, ImportedTask, Task, get_task
 
 
 def stored_sweep(
@@ -34,8 +34,20 @@ def stored_sweep(
     results: list[CheckpointTaskResult] = []
     backend_key = ""
     for name in tasks:
-        task = get_task(name)
-        backend_key, settings = _common_settings(store, checkpoints, task.name, num_fewshot)
+        try:
+            task: Task | None = get_task(name)
+        except TaskError:  # not evalsweep's: results imported from another harness?
+            task = None
+        task_name = task.name if task is not None else name
+        try:
+            backend_key, settings = _common_settings(store, checkpoints, task_name, num_fewshot)
+        except ComparisonError:
+            if task is None:
+                get_task(name)  # neither evalsweep's nor imported: the "unknown task" error
+            raise
+        stored_settings = store.lookup_key(settings) or {}
+        if task is None or stored_settings.get("source") == "lm-eval":
+            task = ImportedTask(stored_settings)
         per_checkpoint = {
             c.identity: {
                 r.doc_key: r
@@ -52,7 +64,7 @@ def stored_sweep(
         documents = [
             Document(k, first[k].doc_id, first[k].document, first[k].subject) for k in keys
         ]
-        shots = (store.lookup_key(settings) or {}).get("num_fewshot", num_fewshot)
+        shots = stored_settings.get("num_fewshot", num_fewshot)
         task_runs[task.name] = TaskRun(task, int(shots or 0), settings, [])
         for checkpoint in checkpoints:
             rows = per_checkpoint[checkpoint.identity]
@@ -78,7 +90,14 @@ def stored_sweep(
 
 
 def _identity(store: Store, reference: str) -> ResolvedCheckpoint:
-    """Resolve now if possible (a local folder), else use what the reference resolved to last."""
+    """Resolve now if possible (a local folder), else use what the reference resolved to last.
+
+    A reference imported from another harness's logs that could not be resolved
+    then keeps the identity it was imported under.
+    """
+    known = store.lookup_reference(reference)
+    if known is not None and known.get("kind") == "imported":
+        return ResolvedCheckpoint(**known)
     try:
         return resolve_checkpoint(reference)
     except CheckpointError as exc:

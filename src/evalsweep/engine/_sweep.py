@@ -17,6 +17,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 from evalsweep.checkpoints import ResolvedCheckpoint, resolve_checkpoints
+from evalsweep.engine._chat import ChatOptions, load_chat_template, render_documents
 from evalsweep.errors import TaskError
 from evalsweep.models import Backend, BackendOptions, load_backend
 from evalsweep.models.hf import DTYPES
@@ -64,17 +65,23 @@ class SweepSpec:
     num_fewshot: int | None = None
     backend: str = "hf"
     options: BackendOptions = field(default_factory=BackendOptions)
+    chat: ChatOptions = field(default_factory=ChatOptions)
 
 
 @dataclass
 class TaskRun:
-    """One task's prompts, shared by all checkpoints."""
+    """One task's prompts, shared by all checkpoints unless a chat template renders them."""
 
     task: Task
     num_fewshot: int
     settings_key: str
     prepared: list[PreparedDocument]
     settings: dict[str, Any] = field(default_factory=dict)
+    #: prompts rendered per checkpoint identity (``--apply-chat-template``)
+    rendered: dict[str, list[PreparedDocument]] = field(default_factory=dict)
+
+    def prepared_for(self, checkpoint: ResolvedCheckpoint) -> list[PreparedDocument]:
+        return self.rendered.get(checkpoint.identity, self.prepared)
 
 
 @dataclass
@@ -122,9 +129,21 @@ def plan_sweep(spec: SweepSpec) -> tuple[list[ResolvedCheckpoint], dict[str, Tas
         extra = getattr(task, "extra_settings", None)
         if extra is not None:
             settings.update(extra())
+        settings.update(spec.chat.settings())
         task_runs[task.name] = TaskRun(
             task, shots, settings_key("task", settings), task.prepare(data, shots), settings
         )
+    if spec.chat.active:
+        for checkpoint in checkpoints:
+            template = (
+                load_chat_template(checkpoint, spec.options.trust_remote_code)
+                if spec.chat.apply_chat_template
+                else None
+            )
+            for run in task_runs.values():
+                run.rendered[checkpoint.identity] = render_documents(
+                    run.task.name, run.prepared, spec.chat, template
+                )
     return checkpoints, task_runs
 
 
@@ -161,13 +180,14 @@ def run_sweep(spec: SweepSpec, store: Store, progress: Progress | None = None) -
         backend: Backend | None = None
         try:
             for run in task_runs.values():
-                keys = [p.document.key for p in run.prepared]
+                prepared = run.prepared_for(checkpoint)
+                keys = [p.document.key for p in prepared]
                 stored = store.fetch(
                     checkpoint.identity, backend_key, run.task.name, run.settings_key, keys
                 )
                 missing = [
                     p
-                    for p in run.prepared
+                    for p in prepared
                     if p.document.key not in stored
                     or stored[p.document.key].request_hash != _request_hash(p)
                 ]
@@ -180,9 +200,9 @@ def run_sweep(spec: SweepSpec, store: Store, progress: Progress | None = None) -
                 stored = store.fetch(
                     checkpoint.identity, backend_key, run.task.name, run.settings_key, keys
                 )
-                documents = [p.document for p in run.prepared]
+                documents = [p.document for p in prepared]
                 if getattr(run.task, "rescore_stored", True):
-                    scored = _rescore(run, documents, [stored[key] for key in keys], store)
+                    scored = _rescore(run, prepared, [stored[key] for key in keys], store)
                 else:  # scoring runs code (HumanEval): keep the stored verdicts
                     scored = [_scored(stored[key]) for key in keys]
                 aggregates = run.task.aggregate(documents, scored)
@@ -233,7 +253,7 @@ def _answer(
                 count = len(prepared.requests)
                 responses = answers[offset : offset + count]
                 offset += count
-                scored = run.task.score(prepared.document, responses)
+                scored = _with_prompt(run, prepared, run.task.score(prepared.document, responses))
                 records.append(_record(checkpoint, backend_key, run, prepared, responses, scored))
             store.write(records)
     finally:
@@ -333,8 +353,17 @@ def _response_json(response: Any) -> Any:
     return response
 
 
+def _with_prompt(
+    run: TaskRun, prepared: PreparedDocument, scored: ScoredDocument
+) -> ScoredDocument:
+    """Rendered prompts differ per checkpoint: keep the one each sample was asked with."""
+    if not run.rendered:
+        return scored
+    return replace(scored, details={**scored.details, "prompt": prepared.requests[0].context})
+
+
 def _rescore(
-    run: TaskRun, documents: list[Document], records: list[SampleRecord], store: Store
+    run: TaskRun, prepared: list[PreparedDocument], records: list[SampleRecord], store: Store
 ) -> list[ScoredDocument]:
     """Score stored raw responses again with today's document and scoring code.
 
@@ -344,9 +373,10 @@ def _rescore(
     """
     scored: list[ScoredDocument] = []
     changed: list[SampleRecord] = []
-    for document, record in zip(documents, records, strict=True):
+    for item, record in zip(prepared, records, strict=True):
+        document = item.document
         responses = [_response_from_json(r) for r in record.responses]
-        result = run.task.score(document, responses)
+        result = _with_prompt(run, item, run.task.score(document, responses))
         scored.append(result)
         if dict(result.metrics) != record.metrics or result.target != record.target:
             changed.append(

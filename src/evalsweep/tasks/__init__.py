@@ -6,9 +6,13 @@ To add a benchmark, write a module with a class that satisfies the
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 from evalsweep.errors import TaskError
 from evalsweep.tasks._base import (
     AggregateScore,
+    ChatPrompt,
     DataSource,
     Document,
     MetricSpec,
@@ -16,24 +20,45 @@ from evalsweep.tasks._base import (
     ScoredDocument,
     Task,
     TaskData,
+    Turn,
 )
+from evalsweep.tasks.arc import ARC
+from evalsweep.tasks.custom import find_task_file, is_task_file, load_task_file
 from evalsweep.tasks.gsm8k import GSM8K
+from evalsweep.tasks.hellaswag import HellaSwag
 from evalsweep.tasks.humaneval import HumanEval
+from evalsweep.tasks.imported import ImportedTask
 from evalsweep.tasks.mbpp import MBPP
 from evalsweep.tasks.mmlu import MMLU, SUBJECTS
 
-TASKS: dict[str, type] = {"mmlu": MMLU, "gsm8k": GSM8K, "humaneval": HumanEval, "mbpp": MBPP}
+TASKS: dict[str, Callable[[], Any]] = {
+    "mmlu": MMLU,
+    "gsm8k": GSM8K,
+    "humaneval": HumanEval,
+    "mbpp": MBPP,
+    "arc_easy": lambda: ARC("ARC-Easy"),
+    "arc_challenge": lambda: ARC("ARC-Challenge"),
+    "hellaswag": HellaSwag,
+}
 
 
 def get_task(name: str) -> Task:
-    """The task called ``name``; a :class:`TaskError` lists the known ones otherwise."""
+    """The task called ``name``; a :class:`TaskError` lists the known ones otherwise.
+
+    ``name`` may also be a task file (``path/to/task.yaml``, see
+    :mod:`evalsweep.tasks.custom`) or the name of one in ``$EVALSWEEP_TASK_DIRS``.
+    """
     if name.startswith("mmlu_") and name[5:] in SUBJECTS:
         return MMLU(subjects=[name[5:]], name=name)
-    try:
+    if is_task_file(name):
+        return load_task_file(name)
+    if name in TASKS:
         return TASKS[name]()  # type: ignore[no-any-return]
-    except KeyError:
-        known = ", ".join(sorted(TASKS)) + ", mmlu_<subject>"
-        raise TaskError(f"unknown task {name!r} (known tasks: {known})") from None
+    found = find_task_file(name)
+    if found is not None:
+        return load_task_file(found)
+    known = ", ".join(sorted(TASKS)) + ", mmlu_<subject>, or a task file (.yaml/.toml)"
+    raise TaskError(f"unknown task {name!r} (known tasks: {known})")
 
 
 def list_tasks() -> list[str]:
@@ -42,13 +67,17 @@ def list_tasks() -> list[str]:
 
 __all__ = [
     "AggregateScore",
+    "ChatPrompt",
     "DataSource",
     "Document",
+    "ImportedTask",
     "MetricSpec",
     "PreparedDocument",
     "ScoredDocument",
     "Task",
     "TaskData",
+    "Turn",
+    "SUBJECTS",
     "get_task",
     "list_tasks",
 ]

@@ -33,11 +33,47 @@ class Document:
 
 
 @dataclass(frozen=True)
+class Turn:
+    """One message of a prompt, as lm-eval's ``Message``.
+
+    ``delimiter`` is what follows the content when the prompt is plain text
+    (the target delimiter after a question, the few-shot delimiter after an
+    answer); a chat template drops it.
+    """
+
+    role: str  # "system", "user" or "assistant"
+    content: str
+    delimiter: str = ""
+
+
+@dataclass(frozen=True)
+class ChatPrompt:
+    """A document's prompt as turns, for checkpoints whose chat template renders it.
+
+    Attributes:
+        turns: system (description), few-shot question/answer pairs, then the question.
+        continuations: per log-likelihood request, its continuation under a chat
+            template (lm-eval drops the target delimiter there); empty for generation.
+    """
+
+    turns: tuple[Turn, ...]
+    continuations: tuple[str, ...] = ()
+
+    def plain_text(self) -> str:
+        return "".join(turn.content + turn.delimiter for turn in self.turns)
+
+
+@dataclass(frozen=True)
 class PreparedDocument:
-    """A document with the exact requests the task sends for it."""
+    """A document with the exact requests the task sends for it.
+
+    ``chat`` is set by tasks that support ``--apply-chat-template``: the same
+    prompt as turns, rendered per checkpoint by the engine.
+    """
 
     document: Document
     requests: tuple[Request, ...]
+    chat: ChatPrompt | None = None
 
 
 @dataclass(frozen=True)

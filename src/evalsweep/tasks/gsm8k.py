@@ -21,6 +21,7 @@ from evalsweep.requests import GenerationRequest, LoglikelihoodResult
 from evalsweep.tasks._aggregate import mean, mean_stderr
 from evalsweep.tasks._base import (
     AggregateScore,
+    ChatPrompt,
     DataSource,
     Document,
     MetricSpec,
@@ -28,6 +29,7 @@ from evalsweep.tasks._base import (
     ScoredDocument,
     TaskData,
 )
+from evalsweep.tasks._choice import prompt_turns
 from evalsweep.tasks._data import load_hub_split, read_jsonl
 
 FEWSHOT_SEED = 1234
@@ -101,7 +103,10 @@ class GSM8K:
         for doc in data.documents:
             shots = rnd.sample(pool, num_fewshot) if num_fewshot > 0 else []
             request = GenerationRequest(build_context(shots, doc.fields), UNTIL, MAX_GEN_TOKS)
-            prepared.append(PreparedDocument(doc, (request,)))
+            turns = prompt_turns(
+                "", [(question_text(s), s["answer"]) for s in shots], question_text(doc.fields)
+            )
+            prepared.append(PreparedDocument(doc, (request,), ChatPrompt(turns)))
         return prepared
 
     def score(

@@ -19,6 +19,7 @@ from evalsweep.requests import LoglikelihoodRequest, LoglikelihoodResult
 from evalsweep.tasks._aggregate import mean, mean_stderr, pooled_stderr, weighted_mean
 from evalsweep.tasks._base import (
     AggregateScore,
+    ChatPrompt,
     DataSource,
     Document,
     MetricSpec,
@@ -26,6 +27,7 @@ from evalsweep.tasks._base import (
     ScoredDocument,
     TaskData,
 )
+from evalsweep.tasks._choice import prompt_turns
 from evalsweep.tasks._data import load_hub_split, read_csv_rows
 
 LETTERS = ("A", "B", "C", "D")
@@ -136,7 +138,12 @@ class MMLU:
                 )
             context = build_context(doc.subject, shots[:num_fewshot], doc.fields)
             requests = tuple(LoglikelihoodRequest(context, " " + letter) for letter in LETTERS)
-            prepared.append(PreparedDocument(doc, requests))
+            turns = prompt_turns(
+                description(doc.subject),
+                [(question_text(s), LETTERS[int(s["answer"])]) for s in shots[:num_fewshot]],
+                question_text(doc.fields),
+            )
+            prepared.append(PreparedDocument(doc, requests, ChatPrompt(turns, LETTERS)))
         return prepared
 
     def score(
