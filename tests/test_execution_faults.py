@@ -8,7 +8,7 @@ import threading
 import time
 
 from evalsweep.execution import ExecutionRequest, ExecutionService, FunctionTest, Limits
-from evalsweep.execution._service import make_slices
+from evalsweep.execution._service import group_by_test, make_slices
 from evalsweep.execution._types import MAX_TRANSFER_BYTES
 
 ADD = "def add(a, b):\n    return a + b\n"
@@ -68,6 +68,13 @@ def test_slices_keep_order_and_stay_under_the_transfer_limit() -> None:
     for piece in slices:
         assert sum(len(request.program) for _, request in piece) <= MAX_TRANSFER_BYTES
     assert len(make_slices(requests, max_items=5)) == 3
+
+
+def test_requests_sharing_a_test_are_gathered_in_first_seen_order() -> None:
+    other = FunctionTest("def check(candidate):\n    assert candidate(1, 1) == 2\n", "add")
+    tests = [ADD_TEST, other, ADD_TEST, None, other, ADD_TEST]
+    items = [(i, ExecutionRequest(ADD, test=test, key=str(i))) for i, test in enumerate(tests)]
+    assert [index for index, _ in group_by_test(items)] == [0, 2, 5, 1, 4, 3]
 
 
 def test_a_failing_callback_stops_the_batch_instead_of_running_it_all() -> None:

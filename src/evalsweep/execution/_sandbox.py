@@ -74,7 +74,14 @@ class Sandbox:
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL,
                 stderr=self._log,
-                env={**self._config["env"], "PYTHONHASHSEED": str(self._config["hash_seed"])},
+                env={
+                    **self._config["env"],
+                    "PYTHONHASHSEED": str(self._config["hash_seed"]),
+                    # Resolve every shared-library symbol at start-up: a lazy
+                    # binding first made in a forked sample writes a page of
+                    # the zygote's memory, which then has to be copied.
+                    "LD_BIND_NOW": "1",
+                },
                 pass_fds=(theirs.fileno(),),
                 start_new_session=True,
                 cwd="/",

@@ -101,6 +101,26 @@ def make_slices(
     return slices
 
 
+def group_by_test(
+    items: Sequence[tuple[int, ExecutionRequest]],
+) -> list[tuple[int, ExecutionRequest]]:
+    """The same items, those sharing a test made consecutive (groups in first-seen order).
+
+    Consecutive requests go to the same worker, whose judge then compiles each
+    test once instead of once per worker (samples files list a problem's
+    samples together anyway; benchmarks repeated whole do not).
+    """
+    first_seen: dict[object, int] = {}
+    ranks = [
+        first_seen.setdefault(
+            request.test if request.test is not None else ("-", position), position
+        )
+        for position, (_, request) in enumerate(items)
+    ]
+    order = sorted(range(len(items)), key=ranks.__getitem__)  # stable: ties keep their order
+    return [items[position] for position in order]
+
+
 @dataclass
 class _Job:
     """One ``run_many`` call: its slices, its callback, its completion count."""
@@ -309,9 +329,10 @@ class ExecutionService:
 
         Callbacks are never called concurrently. Results are returned in the
         order of ``requests``. ``slice_items`` sets how many consecutive
-        requests one worker takes at a time (by default, enough to give every
-        worker several slices); consecutive requests of a slice run in order
-        on the same worker.
+        requests one worker takes at a time, and consecutive requests of a
+        slice run in order on the same worker. By default slices are sized to
+        give every worker several, and requests that share a test are first
+        gathered together (see :func:`group_by_test`).
         """
         self.start()
         results: list[ExecutionResult | None] = [None] * len(requests)
@@ -324,8 +345,11 @@ class ExecutionService:
                 on_result(index, result)
 
         job = _Job(total=len(requests), emit=emit, done=threading.Event(), lock=threading.Lock())
+        items = list(enumerate(requests))
+        if slice_items is None:
+            items = group_by_test(items)
         per_slice = slice_items or max(1, min(_SLICE_ITEMS, len(requests) // (self.workers * 4)))
-        for piece in make_slices(list(enumerate(requests)), per_slice):
+        for piece in make_slices(items, per_slice):
             self._jobs.put((job, piece))
         try:
             job.done.wait()
