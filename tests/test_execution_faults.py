@@ -96,3 +96,22 @@ def test_a_failing_callback_stops_the_batch_instead_of_running_it_all() -> None:
         assert len(seen) == 1
         assert time.monotonic() - started < 2.0  # not 40 x 0.2 s / 2 workers
         assert service.run(ExecutionRequest("print(1)", expected_stdout="1\n")).verdict.passed
+
+
+def test_a_sample_past_its_timeout_hands_its_slice_on_and_a_stand_in_serves_it() -> None:
+    with ExecutionService(workers=1, limits=Limits(timeout=1.0)) as service:
+        loop = ExecutionRequest("while True:\n    pass\n", key="loop")
+        quick = [ExecutionRequest(ADD, test=ADD_TEST, key=f"quick-{i}") for i in range(12)]
+        seen: list[str] = []
+        # One slice: without a hand-over every quick sample would wait for the loop.
+        results = service.run_many(
+            [loop, *quick], on_result=lambda _i, result: seen.append(result.key), slice_items=13
+        )
+        assert results[0].verdict.status == "timeout"
+        assert all(result.verdict.passed for result in results[1:])
+        # Only the sample already sent behind the loop (two are kept in flight) waits for it.
+        assert seen[-2:] == ["loop", "quick-0"]
+        assert len(service._pool) == 2 and service._pool[1].index == 1  # the stand-in
+        again = service.run_many(quick[:4])  # the stand-in retires once the loop is over
+        assert all(result.verdict.passed for result in again)
+        assert len(service._pool) == 1

@@ -159,6 +159,13 @@ class Sandbox:
         except OSError as error:
             raise SandboxBroken(f"cannot reach the sandbox: {error}") from None
 
+    def has_reply(self, until: float) -> bool:
+        """Whether a reply (or end-of-file) can be read before ``until``, waiting until then."""
+        if self._pending or self._sock is None:
+            return True
+        ready, _, _ = select.select([self._sock], [], [], max(0.0, until - time.monotonic()))
+        return bool(ready)
+
     def receive(self, deadline: float) -> dict[str, Any]:
         """One reply, or :class:`SandboxBroken` on EOF, garbage or deadline."""
         size = struct.unpack(">I", self._read(4, deadline))[0]
