@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
+import sys
 import threading
 import time
 
@@ -99,19 +101,36 @@ def test_a_failing_callback_stops_the_batch_instead_of_running_it_all() -> None:
 
 
 def test_a_sample_past_its_timeout_hands_its_slice_on_and_a_stand_in_serves_it() -> None:
-    with ExecutionService(workers=1, limits=Limits(timeout=1.0)) as service:
-        loop = ExecutionRequest("while True:\n    pass\n", key="loop")
-        quick = [ExecutionRequest(ADD, test=ADD_TEST, key=f"quick-{i}") for i in range(12)]
-        seen: list[str] = []
-        # One slice: without a hand-over every quick sample would wait for the loop.
-        results = service.run_many(
-            [loop, *quick], on_result=lambda _i, result: seen.append(result.key), slice_items=13
-        )
-        assert results[0].verdict.status == "timeout"
-        assert all(result.verdict.passed for result in results[1:])
-        # Only the sample already sent behind the loop (two are kept in flight) waits for it.
-        assert seen[-2:] == ["loop", "quick-0"]
-        assert len(service._pool) == 2 and service._pool[1].index == 1  # the stand-in
-        again = service.run_many(quick[:4])  # the stand-in retires once the loop is over
-        assert all(result.verdict.passed for result in again)
-        assert len(service._pool) == 1
+    # Everything shares one CPU with a busy process, so the looping sample's own
+    # time (wall-clock time minus time spent waiting for the CPU) reaches its
+    # 2 s timeout only after 4 s or more: for that long it holds its worker.
+    cpus = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, {min(cpus)})  # the sandboxes and the busy process inherit it
+    hog = subprocess.Popen([sys.executable, "-c", "while True:\n    pass\n"])
+    try:
+        with ExecutionService(workers=1, limits=Limits(timeout=1.0)) as service:
+            loop = ExecutionRequest(
+                "while True:\n    pass\n", limits=Limits(timeout=2.0), key="loop"
+            )
+            quick = [ExecutionRequest(ADD, test=ADD_TEST, key=f"quick-{i}") for i in range(12)]
+            seen: list[str] = []
+            # One slice: without a hand-over every quick sample would wait for the loop.
+            results = service.run_many(
+                [loop, *quick],
+                on_result=lambda _i, result: seen.append(result.key),
+                slice_items=13,
+            )
+            stand_ins = [worker.index for worker in service._pool[1:]]
+            again = service.run_many(quick, slice_items=1)  # the stand-in retires: loop over
+            after = len(service._pool)
+    finally:
+        hog.kill()
+        hog.wait()
+        os.sched_setaffinity(0, cpus)
+    assert results[0].verdict.status == "timeout"
+    assert results[0].wall_seconds > 2.25  # it did hold its worker past its timeout
+    assert all(result.verdict.passed for result in results[1:])
+    # Only the sample already sent behind the loop (two are kept in flight) waited for it.
+    assert seen[-2:] == ["loop", "quick-0"]
+    assert stand_ins == [1]
+    assert all(result.verdict.passed for result in again) and after == 1
