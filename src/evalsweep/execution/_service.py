@@ -480,7 +480,8 @@ class ExecutionService:
             running = self.stand_ins - len(self._free_stand_ins)
             if self._closing or running <= self._slow:
                 return False
-            self._pool.remove(worker)
+            if worker in self._pool:  # close() may have taken it already
+                self._pool.remove(worker)
             self._free_stand_ins.append(worker.index)
         worker.close()
         return True
