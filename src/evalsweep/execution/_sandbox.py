@@ -74,7 +74,14 @@ class Sandbox:
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL,
                 stderr=self._log,
-                env={**self._config["env"], "PYTHONHASHSEED": str(self._config["hash_seed"])},
+                env={
+                    **self._config["env"],
+                    "PYTHONHASHSEED": str(self._config["hash_seed"]),
+                    # Resolve every shared-library symbol at start-up: a lazy
+                    # binding first made in a forked sample writes a page of
+                    # the zygote's memory, which then has to be copied.
+                    "LD_BIND_NOW": "1",
+                },
                 pass_fds=(theirs.fileno(),),
                 start_new_session=True,
                 cwd="/",
@@ -151,6 +158,13 @@ class Sandbox:
                 self._sock.sendall(raw)
         except OSError as error:
             raise SandboxBroken(f"cannot reach the sandbox: {error}") from None
+
+    def has_reply(self, until: float) -> bool:
+        """Whether a reply (or end-of-file) can be read before ``until``, waiting until then."""
+        if self._pending or self._sock is None:
+            return True
+        ready, _, _ = select.select([self._sock], [], [], max(0.0, until - time.monotonic()))
+        return bool(ready)
 
     def receive(self, deadline: float) -> dict[str, Any]:
         """One reply, or :class:`SandboxBroken` on EOF, garbage or deadline."""

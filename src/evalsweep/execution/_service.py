@@ -5,6 +5,12 @@ judge sandbox), reports which isolation layers hold, and runs batches of
 requests: the batch is cut into slices (no slice carries more than 5 MB), the
 slices are spread over the workers, and each result is handed to the caller
 as soon as it is known, so the caller can stream it to disk.
+
+A sample that overruns its timeout keeps its worker until its verdict is in
+(on a loaded machine that can be several timeouts: time spent waiting for a
+CPU is not held against it). So that such a sample costs the run nothing
+else, the worker hands the rest of its slice back to the queue and a
+stand-in worker serves the queue until the slow sample ends.
 """
 
 from __future__ import annotations
@@ -101,6 +107,26 @@ def make_slices(
     return slices
 
 
+def group_by_test(
+    items: Sequence[tuple[int, ExecutionRequest]],
+) -> list[tuple[int, ExecutionRequest]]:
+    """The same items, those sharing a test made consecutive (groups in first-seen order).
+
+    Consecutive requests go to the same worker, whose judge then compiles each
+    test once instead of once per worker (samples files list a problem's
+    samples together anyway; benchmarks repeated whole do not).
+    """
+    first_seen: dict[object, int] = {}
+    ranks = [
+        first_seen.setdefault(
+            request.test if request.test is not None else ("-", position), position
+        )
+        for position, (_, request) in enumerate(items)
+    ]
+    order = sorted(range(len(items)), key=ranks.__getitem__)  # stable: ties keep their order
+    return [items[position] for position in order]
+
+
 @dataclass
 class _Job:
     """One ``run_many`` call: its slices, its callback, its completion count."""
@@ -144,6 +170,9 @@ class ExecutionService:
         disable_layers: layers to leave off even where the machine has them
             (``"namespaces"``, ``"seccomp"``, ``"cgroups"``), to see how the
             service degrades; the report lists them as missing.
+        stand_ins: at most this many extra workers, started while workers
+            are held by samples past their timeout (default: as many as
+            ``workers``, within the 64-worker limit; 0 turns them off).
     """
 
     def __init__(
@@ -155,10 +184,13 @@ class ExecutionService:
         preload: Iterable[str] | None = None,
         extra_read_only: Iterable[str] = (),
         disable_layers: Iterable[str] = (),
+        stand_ins: int | None = None,
     ) -> None:
         self.workers = workers or default_workers()
         if not 1 <= self.workers <= 64:  # four host uids per worker, 256 per service
             raise ValueError(f"workers must be between 1 and 64, got {self.workers}")
+        room = 64 - self.workers
+        self.stand_ins = min(room, self.workers if stand_ins is None else max(0, stand_ins))
         self.disabled = frozenset(disable_layers)
         unknown = self.disabled - {"namespaces", "seccomp", "cgroups"}
         if unknown:
@@ -174,6 +206,10 @@ class ExecutionService:
         self._threads: list[threading.Thread] = []
         self._report: SandboxReport | None = None
         self._started = False
+        self._lock = threading.Lock()  # guards the pool, the threads and the counts below
+        self._slow = 0  # workers now held by a sample past its timeout
+        self._free_stand_ins: list[int] = []  # worker indexes a stand-in may take
+        self._closing = False
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -232,6 +268,10 @@ class ExecutionService:
             limits=self.limits,
             name=f"evalsweep-{os.getpid()}-{id(self) & 0xFFFF:x}",
         )
+        self._settings = settings
+        self._free_stand_ins = list(range(self.workers + self.stand_ins - 1, self.workers - 1, -1))
+        self._slow = 0
+        self._closing = False
         self._pool = [Worker(index, settings) for index in range(self.workers)]
         errors: list[BaseException] = []
         starters = [
@@ -283,12 +323,18 @@ class ExecutionService:
                 break
             if task is not None:
                 task[0].cancel()
-        for _ in self._threads:
+        with self._lock:
+            self._closing = True  # no stand-in joins the pool from here on
+            threads = list(self._threads)
+        for _ in threads:
             self._jobs.put(None)
-        for thread in self._threads:
+        for thread in threads:
             thread.join(timeout=60)
-        for worker in self._pool:
+        with self._lock:
+            pool, self._pool = list(self._pool), []
+        for worker in pool:
             worker.close()
+        self._jobs = queue.Queue()  # sentinels of stand-ins that retired early
         shutil.rmtree(self._scratch_parent, ignore_errors=True)
         self._started = False
 
@@ -309,9 +355,10 @@ class ExecutionService:
 
         Callbacks are never called concurrently. Results are returned in the
         order of ``requests``. ``slice_items`` sets how many consecutive
-        requests one worker takes at a time (by default, enough to give every
-        worker several slices); consecutive requests of a slice run in order
-        on the same worker.
+        requests one worker takes at a time, and consecutive requests of a
+        slice run in order on the same worker. By default slices are sized to
+        give every worker several, and requests that share a test are first
+        gathered together (see :func:`group_by_test`).
         """
         self.start()
         results: list[ExecutionResult | None] = [None] * len(requests)
@@ -324,8 +371,11 @@ class ExecutionService:
                 on_result(index, result)
 
         job = _Job(total=len(requests), emit=emit, done=threading.Event(), lock=threading.Lock())
+        items = list(enumerate(requests))
+        if slice_items is None:
+            items = group_by_test(items)
         per_slice = slice_items or max(1, min(_SLICE_ITEMS, len(requests) // (self.workers * 4)))
-        for piece in make_slices(list(enumerate(requests)), per_slice):
+        for piece in make_slices(items, per_slice):
             self._jobs.put((job, piece))
         try:
             job.done.wait()
@@ -336,14 +386,19 @@ class ExecutionService:
             raise job.failure
         return [result for result in results if result is not None]
 
-    def _serve(self, worker: Worker) -> None:
+    def _serve(self, worker: Worker, stand_in: bool = False) -> None:
         while True:
+            if stand_in and self._retire(worker):
+                return
             task = self._jobs.get()
             if task is None:
                 return
             job, piece = task
             if job.cancelled:
                 continue
+            if stand_in and self._retire(worker):
+                self._jobs.put(task)  # someone else's now
+                return
 
             def emit(index: int, result: ExecutionResult, job: _Job = job) -> None:
                 with job.lock:
@@ -358,8 +413,13 @@ class ExecutionService:
                     if job.finished == job.total:
                         job.done.set()
 
+            def on_slow(
+                rest: list[tuple[int, ExecutionRequest]], job: _Job = job
+            ) -> Callable[[], None]:
+                return self._slow_sample(job, rest)
+
             try:
-                worker.run_slice(piece, emit, should_stop=job.is_cancelled)
+                worker.run_slice(piece, emit, should_stop=job.is_cancelled, on_slow=on_slow)
             except BaseException as error:  # the worker cannot be restarted
                 lost = Verdict("error", "worker lost", f"{type(error).__name__}: {error}")
                 for index, request in piece:
@@ -367,3 +427,61 @@ class ExecutionService:
                         emit(index, ExecutionResult(lost, key=request.key))
                 with job.lock:
                     job.failure = job.failure or SandboxUnavailableError(str(error))
+
+    # -- stand-ins for workers held by slow samples -------------------------------------------
+
+    def _slow_sample(
+        self, job: _Job, rest: list[tuple[int, ExecutionRequest]]
+    ) -> Callable[[], None]:
+        """A worker's sample overran its timeout: requeue its slice, start a stand-in.
+
+        Returns the function the worker calls once that sample's verdict is in.
+        """
+        if rest and not job.cancelled:
+            self._jobs.put((job, rest))
+        with self._lock:
+            self._slow += 1
+            index = self._free_stand_ins.pop() if self._free_stand_ins else None
+        if index is not None:
+            threading.Thread(
+                target=self._run_stand_in, args=(index,), name=f"evalsweep-stand-in-{index}",
+                daemon=True,
+            ).start()  # fmt: skip
+
+        def over() -> None:
+            with self._lock:
+                self._slow -= 1
+
+        return over
+
+    def _run_stand_in(self, index: int) -> None:
+        worker = Worker(index, self._settings)
+        try:
+            worker.start()
+        except Exception:  # noqa: BLE001 - the pool runs on without it
+            worker.close()
+            with self._lock:
+                if self._started:
+                    self._free_stand_ins.append(index)
+            return
+        with self._lock:
+            closing = self._closing
+            if not closing:
+                self._pool.append(worker)
+                self._threads.append(threading.current_thread())
+        if closing:  # close() has already taken stock of the pool
+            worker.close()
+            return
+        self._serve(worker, stand_in=True)
+
+    def _retire(self, worker: Worker) -> bool:
+        """True (and the stand-in closed) when fewer workers are held than stand-ins run."""
+        with self._lock:
+            running = self.stand_ins - len(self._free_stand_ins)
+            if self._closing or running <= self._slow:
+                return False
+            if worker in self._pool:  # close() may have taken it already
+                self._pool.remove(worker)
+            self._free_stand_ins.append(worker.index)
+        worker.close()
+        return True

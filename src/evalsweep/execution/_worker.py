@@ -38,9 +38,14 @@ from ._types import (
 _PIPELINE_DEPTH = 2
 _REPLY_GRACE = 10.0  # seconds beyond a sample's longest run before a zygote counts as hung
 _JUDGE_GRACE = 2.0
+_SLOW_GRACE = 0.25  # seconds past its timeout before a sample counts as slow
 _FILE_NAMES = {"python": "main.py", "javascript": "main.js", "bash": "main.sh"}
 
 Emit = Callable[[int, ExecutionResult], None]
+# Called when the sample at the head of a slice overruns its timeout, with the
+# requests not yet sent to the sandbox (the worker drops them); returns the
+# function to call once that sample's verdict is in.
+OnSlow = Callable[[list[tuple[int, ExecutionRequest]]], Callable[[], None]]
 
 
 @dataclass(frozen=True)
@@ -189,14 +194,18 @@ class Worker:
         items: list[tuple[int, ExecutionRequest]],
         emit: Emit,
         should_stop: Callable[[], bool] = lambda: False,
+        on_slow: OnSlow | None = None,
     ) -> None:
         """Run ``items`` in order, calling ``emit`` as each result is known.
 
         Once ``should_stop()`` is true no new sample starts; the ones already
         sent to the zygotes are still collected, to keep the channel in step.
+        If the sample at the head overruns its timeout, ``on_slow`` gets the
+        requests not yet sent, so that they need not wait for it.
         """
         queue = collections.deque(items)
         inflight: collections.deque[_Flight] = collections.deque()
+        head_since = time.monotonic()
         while queue or inflight:
             if should_stop():
                 queue.clear()
@@ -215,11 +224,21 @@ class Worker:
             if not inflight:
                 continue
             flight = inflight[0]
+            over = None
+            if on_slow is not None and self.sample_box is not None:
+                slow_at = max(flight.started, head_since) + flight.limits.timeout + _SLOW_GRACE
+                if not self.sample_box.has_reply(slow_at):
+                    over = on_slow(list(queue))
+                    queue.clear()
             try:
                 sample, judge = self._collect(flight)
             except SandboxBroken as error:
                 self._recover(inflight, queue, emit, str(error))
                 continue
+            finally:
+                if over is not None:
+                    over()
+            head_since = time.monotonic()
             inflight.popleft()
             emit(flight.index, self._result(flight, sample, judge))
             if sample.get("unclean"):
