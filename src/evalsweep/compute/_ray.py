@@ -93,35 +93,44 @@ class RayTarget:
         pending: dict[Any, tuple[str, str, int]] = {}
         for reference, task_name, keys in pieces:
             shard_spec = replace(spec, checkpoints=[reference], tasks=[tasks[task_name]])
-            with runner.call(
-                "submit",
-                f"ray task evaluate_shard({reference!r}, {task_name!r}, {len(keys)} documents)",
-                detail={"address": self.address, "num_gpus": self.num_gpus},
-            ):
-                pending[evaluate.remote(shard_spec, keys)] = (reference, task_name, len(keys))
-        progress.start(f"{self.name}: {len(pending)} Ray tasks", len(pending))
-        done = 0
+            text = f"ray task evaluate_shard({reference!r}, {task_name!r}, {len(keys)} documents)"
+            entry = runner.begin(
+                "submit", text, detail={"address": self.address, "num_gpus": self.num_gpus}
+            )
+            pending[evaluate.remote(shard_spec, keys)] = (reference, task_name, entry)
+        total = len(pending)
+        failed: list[str] = []
+        progress.start(f"{self.name}: {total} Ray tasks", total)
         try:
             while pending:
-                ready, _ = ray.wait(list(pending), num_returns=1)
-                reference, task_name, count = pending.pop(ready[0])
+                try:
+                    ready, _ = ray.wait(list(pending), num_returns=1)
+                except (RayError, ConnectionError) as exc:
+                    raise TargetError(
+                        f"ray target {self.name}: lost the cluster at {self.address} "
+                        f"({_last_line(exc)}); {total - len(pending)} of {total} Ray tasks "
+                        f"are stored, run the same command to resume"
+                    ) from None
+                reference, task_name, entry = pending.pop(ready[0])
                 try:
                     answer = ray.get(ready[0])
-                except (RayError, OSError) as exc:
-                    for ref in pending:
-                        ray.cancel(ref, force=True)
-                    raise TargetError(
-                        f"ray target {self.name}: {reference} · {task_name} failed on the "
-                        f"cluster ({_first_line(exc)}); {done} of {done + len(pending) + 1} "
-                        f"pieces are stored, run the same command to resume"
-                    ) from None
+                except (RayError, OSError) as exc:  # this task failed: keep gathering the rest
+                    runner.end(entry, 1, 0)
+                    failed.append(f"{reference} · {task_name}: {_last_line(exc)}")
+                    continue
                 for data in answer["pieces"]:
                     import_piece(store, data)
-                done += 1
+                runner.end(entry, 0, sum(len(data) for data in answer["pieces"]))
                 progress.advance(1)
         finally:
             progress.finish()
             meter.stop()
+        if failed:
+            raise TargetError(
+                f"ray target {self.name}: {len(failed)} of {total} Ray tasks failed "
+                f"(first: {failed[0]}); the other {total - len(failed)} are stored, "
+                f"run the same command to resume"
+            )
         result = run_sweep(spec, store, progress)  # every row is stored: no model call
         compute = {
             **self.info().as_dict(),
@@ -151,7 +160,7 @@ class RayTarget:
                     ray.init(**kwargs, log_to_driver=False)
             except (ConnectionError, RuntimeError, ValueError, TimeoutError) as exc:
                 raise TargetError(
-                    f"ray target {self.name}: cannot connect to {self.address} ({_first_line(exc)})"
+                    f"ray target {self.name}: cannot connect to {self.address} ({_last_line(exc)})"
                 ) from None
         resources = ray.cluster_resources()
         return {
@@ -186,7 +195,7 @@ def _split(keys: list[str], shards: int) -> list[list[str]]:
     return [keys[start : start + size] for start in range(0, len(keys), size)]
 
 
-def _first_line(exc: BaseException) -> str:
+def _last_line(exc: BaseException) -> str:
     text = str(exc).strip().splitlines()
     return text[-1] if text else type(exc).__name__
 

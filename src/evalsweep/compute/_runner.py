@@ -130,6 +130,13 @@ class CommandRunner:
         self.store.audit_end(entry, code, len(stdout) + len(stderr))
         return CommandResult(text, code, stdout, stderr, time.monotonic() - began, entry)
 
+    def begin(self, kind: str, text: str, detail: dict[str, Any] | None = None) -> int:
+        """Record an asynchronous submission (a Ray task) now; :meth:`end` it when it returns."""
+        return self.store.audit_begin(kind, text, target=self.target, detail=detail)
+
+    def end(self, entry: int, exit_code: int, output_bytes: int) -> None:
+        self.store.audit_end(entry, exit_code, output_bytes)
+
     @contextmanager
     def call(
         self, kind: str, text: str, detail: dict[str, Any] | None = None

@@ -109,10 +109,14 @@ class SSHTarget:
             argv += ["-i", self.identity_file, "-o", "IdentitiesOnly=yes"]
         return [*argv, self.host, "--", remote_command]
 
-    def _evalsweep(self, args: Sequence[str]) -> str:
+    def _python(self, args: Sequence[str]) -> str:
+        """A shell command running the host's Python with the target's environment."""
         env = [f"{key}={value}" for key, value in sorted(self.env.items())]
         prefix = ["env", *env] if env else []
-        return shlex.join([*prefix, self.python, "-m", "evalsweep", *args])
+        return shlex.join([*prefix, self.python, *args])
+
+    def _evalsweep(self, args: Sequence[str]) -> str:
+        return self._python(["-m", "evalsweep", *args])
 
     def _ssh(self, runner: CommandRunner, command: str, kind: str, **kwargs: Any) -> CommandResult:
         ran = runner.run(self.ssh_argv(command), kind=kind, **kwargs)
@@ -136,7 +140,7 @@ class SSHTarget:
         Returns:
             The setup report: which Python and which evalsweep the host has.
         """
-        probe = shlex.join([self.python, "-c", _PROBE])
+        probe = self._python(["-c", _PROBE])
         found = self._probe(runner, probe)
         if found.get("evalsweep"):
             return {**found, "installed_by_setup": False}
