@@ -196,7 +196,7 @@ def test_sweep_over_ssh_lands_in_local_store_identical_to_local_run(
     assert all(e["exit_code"] == 0 and e["ended"] >= e["started"] for e in commands)
     sweep_entry = next(e for e in commands if " run " in e["text"])
     assert "--progress-lines" in sweep_entry["text"] and sweep_entry["output_bytes"] > 0
-    assert any(" cat " in e["text"] and "piece-00000.jsonl" in e["text"] for e in commands)
+    assert any("cat " in e["text"] and "piece-00000.jsonl" in e["text"] for e in commands)
     # Local commands work on the pulled rows without the model.
     flips = _evalsweep(
         ["flips", str(gpt2_b), "--baseline", str(gpt2_a), "--tasks", TASKS,

@@ -15,13 +15,17 @@ goes through the audited command runner.
 from __future__ import annotations
 
 import contextlib
+import csv
+import os
+import shutil
 import threading
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from evalsweep import __version__
 from evalsweep.compute._base import SweepJob, TargetInfo, TargetRun
-from evalsweep.compute._catalog import DEFAULT_GPU, Quote, quote
+from evalsweep.compute._catalog import DEFAULT_GPU, Quote, latest_snapshot, load_offers, quote
 from evalsweep.compute._cost import SpendMeter
 from evalsweep.compute._runner import CommandRunner
 from evalsweep.compute._ssh import SSHTarget
@@ -30,7 +34,10 @@ from evalsweep.errors import TargetError
 from evalsweep.store import Store
 
 #: Clouds whose catalog rows SkyPilot 0.14 can launch by instance type.
-SKYPILOT_CLOUDS = {"aws", "gcp", "azure", "lambda", "runpod", "nebius", "oci", "vast", "cudo"}
+SKYPILOT_CLOUDS = {
+    "aws": "AWS", "gcp": "GCP", "azure": "Azure", "lambda": "Lambda", "runpod": "RunPod",
+    "nebius": "Nebius", "oci": "OCI", "vast": "Vast", "cudo": "Cudo",
+}  # fmt: skip
 
 #: Minimum billed seconds per provider (others bill per second from the start).
 MINIMUM_SECONDS = {"aws": 60, "gcp": 60, "azure": 60}
@@ -100,6 +107,7 @@ class SkyPilotTarget:
         import sky
 
         offer = self.quote()
+        seed_skypilot_catalog()
         kwargs: dict[str, Any] = {
             "accelerators": f"{offer.gpu}:{offer.count}",
             "max_hourly_cost": round(offer.hourly_price * (1 + self.price_tolerance), 4),
@@ -135,17 +143,23 @@ class SkyPilotTarget:
             f"idle_minutes_to_autostop={self.idle_minutes}, down={self.down}, dryrun={dryrun})"
         )
         launched: dict[str, Any] = {"quote": offer.as_dict(), "dryrun": dryrun}
-        with self._sky_errors("launch"), runner.call("launch", text, detail=launched):
-            task = sky.Task(name="evalsweep", setup=self.setup_command())
-            task.set_resources(self.resources())
-            request = sky.launch(
-                task,
-                cluster_name=self.cluster,
-                idle_minutes_to_autostop=self.idle_minutes,
-                down=self.down,
-                dryrun=dryrun,
-            )
-            _, handle = sky.stream_and_get(request)
+        seeded = seed_skypilot_catalog(names=True) if dryrun else []
+        try:
+            with self._sky_errors("launch"), runner.call("launch", text, detail=launched):
+                task = sky.Task(name="evalsweep", setup=self.setup_command())
+                task.set_resources(self.resources())
+                request = sky.launch(
+                    task,
+                    cluster_name=self.cluster,
+                    idle_minutes_to_autostop=self.idle_minutes,
+                    down=self.down,
+                    dryrun=dryrun,
+                )
+                _, handle = sky.stream_and_get(request)
+        finally:
+            for path in seeded:
+                if path.name == "accelerators.csv":
+                    path.unlink(missing_ok=True)
         if dryrun:
             return launched
         self._meter = SpendMeter(
@@ -271,6 +285,57 @@ class _SkyErrors:
             f"skypilot target {self.name}: {self.action} of cluster {self.cluster!r} failed: "
             f"{type(exc).__name__}: {_plain(detail)}"
         ) from None
+
+
+def seed_skypilot_catalog(snapshot: Path | None = None, names: bool = False) -> list[Path]:
+    """Give SkyPilot our snapshot for clouds whose catalog it has never downloaded.
+
+    SkyPilot downloads its catalog from the network when it first needs a cloud's
+    prices; offline (a preview, a dry run) it would fail. A file already there is
+    never touched. The copies are dated as the snapshot, so SkyPilot replaces them
+    with its own catalog at its next refresh when online.
+
+    Args:
+        snapshot: the dated snapshot folder (default: the latest shipped).
+        names: also write SkyPilot's list of accelerator names, for an offline dry
+            run. SkyPilot never refreshes that file, so the caller removes it after.
+
+    Returns:
+        The files written.
+    """
+    from datetime import datetime
+
+    from sky.catalog import common
+
+    snapshot = snapshot or latest_snapshot()
+    stamp = datetime.strptime(snapshot.name, "%Y-%m-%d").timestamp()
+    written = []
+    for source in sorted(snapshot.glob("*/vms.csv")):
+        cloud = source.parent.name
+        if cloud not in SKYPILOT_CLOUDS:
+            continue
+        destination = Path(common.get_catalog_path(f"{cloud}/vms.csv"))
+        if destination.exists():
+            continue
+        destination.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(source, destination)
+        os.utime(destination, (stamp, stamp))
+        written.append(destination)
+    # Which accelerator names exist, and where: SkyPilot canonicalises names with it.
+    listing = Path(common.get_catalog_path("common/accelerators.csv"))
+    if names and not listing.exists():
+        clouds: dict[str, set[str]] = {}
+        for offer in load_offers(snapshot):
+            if offer.cloud in SKYPILOT_CLOUDS:
+                clouds.setdefault(offer.accelerator, set()).add(SKYPILOT_CLOUDS[offer.cloud])
+        listing.parent.mkdir(parents=True, exist_ok=True)
+        with listing.open("w", newline="", encoding="utf-8") as handle:
+            writer = csv.writer(handle)
+            writer.writerow(["AcceleratorName", "Clouds"])
+            for name, where in sorted(clouds.items()):
+                writer.writerow([name, ", ".join(sorted(where))])
+        written.append(listing)
+    return written
 
 
 def _plain(text: str) -> str:
