@@ -184,7 +184,7 @@ def test_sweep_over_ssh_lands_in_local_store_identical_to_local_run(
     assert compute["setup"]["python"] == sys.executable
     assert compute["setup"]["evalsweep_path"].startswith(SRC)
     assert compute["spend"]["spend"] == pytest.approx(
-        2.5 * compute["spend"]["billed_seconds"] / 3600
+        2.5 * compute["spend"]["billed_seconds"] / 3600, abs=1e-6
     )
     assert local_doc["compute"]["kind"] == "local" and local_doc["compute"]["spend"]["spend"] == 0
     with Store(pulled) as store:
@@ -248,3 +248,56 @@ def test_cli_names_an_unknown_target(tmp_path: Path, cli_env: dict[str, str]) ->
     )
     assert ran.returncode == 2
     assert "no target 'gpu9'" in ran.stderr and "Traceback" not in ran.stderr
+
+
+def _remote_sweep_pid(store: Path) -> int | None:
+    """The pid of the ``evalsweep run`` that sshd started for this test's remote store."""
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            argv = (entry / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if b"evalsweep" in argv and b"run" in argv and str(store).encode() in argv:
+            return int(entry.name)
+    return None
+
+
+@pytest.mark.slow
+def test_sweep_killed_on_the_host_keeps_finished_rows_and_resumes(
+    sshd: Sshd, tmp_path: Path, gpt2_a: Path, gpt2_b: Path, data_dir: Path, cli_env: dict[str, str]
+) -> None:
+    workdir = tmp_path / "remote"
+    env = {**cli_env, "EVALSWEEP_CONFIG": str(_config(tmp_path / "config.toml", sshd, workdir))}
+    pulled, remote_store = tmp_path / "pulled.sqlite", workdir / "results.sqlite"
+    command = [sys.executable, "-m", "evalsweep", "run", str(gpt2_a), str(gpt2_b), "--tasks",
+               TASKS, "--data-dir", str(data_dir), "--limit", "2", "--target", "box",
+               "--store", str(pulled)]  # fmt: skip
+    sweep = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    # Kill the remote sweep as soon as its first chunk of rows is committed on the host.
+    deadline = time.monotonic() + 300
+    killed = False
+    while time.monotonic() < deadline and sweep.poll() is None and not killed:
+        if remote_store.is_file():
+            with Store(remote_store) as store:
+                started = next(iter(store.records()), None) is not None
+            pid = _remote_sweep_pid(remote_store) if started else None
+            if pid is not None:
+                os.kill(pid, 9)
+                killed = True
+        time.sleep(0.05)
+    _, stderr = sweep.communicate(timeout=300)
+    assert killed, "the remote sweep finished before it could be killed"
+    assert sweep.returncode == 2
+    message = [line for line in stderr.decode().splitlines() if "error:" in line]
+    assert len(message) == 1 and "killed" in message[0] and "resume" in message[0]
+    with Store(pulled) as store:
+        kept = len(list(store.records()))
+    assert 0 < kept < 8  # 2 checkpoints x (2 MMLU + 2 GSM8K questions)
+    # The same command finishes the sweep; the host computes only what was missing.
+    again = subprocess.run(command + ["--json"], env=env, capture_output=True, timeout=600)
+    assert again.returncode == 0, again.stderr.decode()
+    with Store(pulled) as store:
+        assert len(list(store.records())) == 8
+    assert json.loads(again.stdout)["compute"]["kind"] == "ssh"

@@ -69,8 +69,13 @@ class RayTarget:
         )
 
     def run(self, job: SweepJob, store: Store, progress: Progress) -> TargetRun:
-        import ray
-        from ray.exceptions import RayError
+        try:
+            import ray
+            from ray.exceptions import RayError
+        except ImportError:
+            raise TargetError(
+                f"ray target {self.name} needs Ray: pip install 'evalsweep[compute]'"
+            ) from None
 
         spec = self._pinned(job.spec)
         checkpoints, task_runs = plan_sweep(spec)  # typos fail here, before the cluster
@@ -162,12 +167,12 @@ class RayTarget:
                 raise TargetError(
                     f"ray target {self.name}: cannot connect to {self.address} ({_last_line(exc)})"
                 ) from None
-        resources = ray.cluster_resources()
+        resources = ray.cluster_resources()  # type: ignore[no-untyped-call]
         return {
             "ray": ray.__version__,
             "cpus": resources.get("CPU", 0),
             "gpus": resources.get("GPU", 0),
-            "nodes": len([n for n in ray.nodes() if n.get("Alive")]),
+            "nodes": len([n for n in ray.nodes() if n.get("Alive")]),  # type: ignore[no-untyped-call]
         }
 
 
@@ -229,7 +234,7 @@ def _evaluate_shard(spec: SweepSpec, keys: list[str]) -> dict[str, Any]:
     began = time.time()
     (task,) = spec.tasks
     task = get_task(task) if isinstance(task, str) else task
-    shard_spec = replace(spec, tasks=[_Shard(task, keys)])  # type: ignore[list-item]
+    shard_spec = replace(spec, tasks=[_Shard(task, keys)])
     wanted = set(keys)
     with (
         tempfile.TemporaryDirectory(prefix="evalsweep-ray-") as folder,

@@ -21,7 +21,7 @@ import shutil
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from evalsweep import __version__
 from evalsweep.compute._base import SweepJob, TargetInfo, TargetRun
@@ -104,7 +104,7 @@ class SkyPilotTarget:
 
     def resources(self) -> Any:
         """``sky.Resources`` for the quote: its accelerators, at most its price."""
-        import sky
+        sky = _sky(self.name)
 
         offer = self.quote()
         seed_skypilot_catalog()
@@ -133,8 +133,7 @@ class SkyPilotTarget:
         Returns:
             What was asked for and, after a real launch, the provisioned price.
         """
-        import sky
-
+        sky = _sky(self.name)
         offer = self.quote()
         runner = self._runner()
         text = (
@@ -198,7 +197,7 @@ class SkyPilotTarget:
             self._meter.stop()
 
     def _lifecycle(self, action: str, text: str) -> None:
-        import sky
+        sky = _sky(self.name)
 
         calls = {
             "stop": lambda: sky.stop(self.cluster),
@@ -227,7 +226,7 @@ class SkyPilotTarget:
                     name=self.name, cluster=self.cluster, gpu=self.gpu, count=self.count,
                     store=own_store,
                 )  # fmt: skip
-                own.store.audit_event(
+                own_store.audit_event(
                     "deadline", f"deadline of {self.deadline_minutes} min reached",
                     target=self.name,
                 )  # fmt: skip
@@ -267,6 +266,16 @@ class SkyPilotTarget:
         return ran
 
 
+def _sky(name: str) -> Any:
+    try:
+        import sky
+    except ImportError:
+        raise TargetError(
+            f"skypilot target {name} needs SkyPilot: pip install 'evalsweep[compute]'"
+        ) from None
+    return sky
+
+
 class _SkyErrors:
     """Turn SkyPilot's exceptions into one line naming the target, cluster and action."""
 
@@ -276,7 +285,7 @@ class _SkyErrors:
     def __enter__(self) -> None:
         return None
 
-    def __exit__(self, kind: Any, exc: BaseException | None, tb: Any) -> bool:
+    def __exit__(self, kind: Any, exc: BaseException | None, tb: Any) -> Literal[False]:
         if exc is None or isinstance(exc, TargetError) or not isinstance(exc, Exception):
             return False
         lines = [line.strip() for line in str(exc).splitlines() if line.strip()]

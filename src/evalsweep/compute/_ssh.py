@@ -23,7 +23,7 @@ from evalsweep import __version__
 from evalsweep.compute._base import SweepJob, TargetInfo, TargetRun
 from evalsweep.compute._cost import SpendMeter
 from evalsweep.compute._runner import CommandResult, CommandRunner
-from evalsweep.compute._stream import relay
+from evalsweep.compute._stream import PREFIX, relay
 from evalsweep.compute._transfer import import_piece
 from evalsweep.engine import Progress, stored_sweep
 from evalsweep.errors import EvalsweepError, TargetError
@@ -125,7 +125,8 @@ class SSHTarget:
         return ran
 
     def _connection_error(self, ran: CommandResult) -> TargetError:
-        line = ran.last_error_line()
+        messages = _ssh_messages(ran)
+        line = messages[-1] if messages else ran.last_error_line()
         where = f"{self.host} port {self.port}"
         if "Permission denied" in line or "publickey" in line:
             key = self.identity_file or "the offered keys"
@@ -211,12 +212,12 @@ class SSHTarget:
         if ran.exit_code not in (0, 3):  # 3: a regression verdict with --fail-on-regression
             pulled = self._pull_quietly(job, runner, progress, store_path)
             kept = f"; {pulled} finished rows brought back" if pulled else ""
-            if ran.exit_code == SSH_FAILED:
+            if ran.exit_code == SSH_FAILED and _ssh_messages(ran):
                 error = self._connection_error(ran)
                 raise TargetError(f"{error} during the sweep{kept}; run the same command to resume")
             raise TargetError(
                 f"ssh target {self.name}: the sweep failed on {self.host}: "
-                f"{_strip_prefix(ran.last_error_line())}{kept}"
+                f"{_failure_reason(ran)}{kept}; run the same command to resume"
             )
         self.pull(job, runner, progress, store_path)
         try:
@@ -281,6 +282,35 @@ def _replace_option(args: list[str], flag: str, value: str) -> list[str]:
         at = args.index(flag)
         return [*args[: at + 1], value, *args[at + 2 :]]
     return [*args, flag, value]
+
+
+def _ssh_messages(ran: CommandResult) -> list[str]:
+    """Lines ssh itself wrote (connection and authentication trouble), not the remote's."""
+    return [
+        line.strip()
+        for line in ran.stderr.decode(errors="replace").splitlines()
+        if line.startswith(_SSH_MESSAGE_STARTS)
+    ]
+
+
+_SSH_MESSAGE_STARTS = (
+    "ssh:", "Connection ", "client_loop:", "packet_write", "Timeout", "Permission denied",
+    "kex_", "Host key verification", "Load key", "no such identity", "Warning: Identity",
+)  # fmt: skip
+
+
+def _failure_reason(ran: CommandResult) -> str:
+    """The remote error line, or how the remote process ended (not a progress line)."""
+    if ran.exit_code == SSH_FAILED:  # no message from ssh: the remote side ended by a signal
+        return "the remote process was killed or its session ended"
+    if ran.exit_code > 128:
+        return f"the remote process was killed (signal {ran.exit_code - 128})"
+    lines = [
+        line.strip()
+        for line in ran.stderr.decode(errors="replace").splitlines()
+        if line.strip() and not line.startswith(PREFIX)
+    ]
+    return _strip_prefix(lines[-1]) if lines else f"exit status {ran.exit_code}"
 
 
 def _strip_prefix(line: str) -> str:
