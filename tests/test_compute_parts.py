@@ -68,6 +68,7 @@ def test_spend_accrues_per_second_after_the_providers_minimum() -> None:
     assert meter.spent(now=1100.2) == pytest.approx(0.101)
     meter.stop(now=1200.0)
     assert meter.as_dict()["spend"] == pytest.approx(0.2) and meter.as_dict()["seconds"] == 200
+    assert meter.describe() == "spent 0.2000 USD (200 s at 3.60/h)"
 
 
 def _record(doc: int, size: int = 100) -> SampleRecord:

@@ -38,7 +38,13 @@ def _rows(store: Store) -> dict[tuple[str, str, str], tuple[object, ...]]:
     """Per-question results; raw log-probabilities are compared separately (see below)."""
     return {
         (r.checkpoint, r.task, r.doc_key): (
-            r.backend, r.settings, r.request_hash, r.prediction, r.correct, r.metrics, r.response
+            r.backend,
+            r.settings,
+            r.request_hash,
+            r.prediction,
+            r.correct,
+            r.metrics,
+            r.response,
         )  # fmt: skip
         for r in store.records()
     }

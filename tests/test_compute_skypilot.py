@@ -155,8 +155,14 @@ def test_launch_dry_run_and_lifecycle_go_as_far_as_no_cloud_account_allows(
         for action in (target.stop, target.start, target.terminate):
             with pytest.raises(TargetError, match="does not exist"):
                 action()
+        # Our own deadline watchdog tears the cluster down even if autostop never fires.
+        target.deadline_minutes = 0.002
+        target.start_watchdog()
+        assert target._watchdog is not None
+        target._watchdog.join(timeout=300)
         entries = store.audit_entries(target="cloud")
-    assert [e["kind"] for e in entries] == ["launch", "stop", "start", "terminate"]
+    kinds = [e["kind"] for e in entries]
+    assert kinds == ["launch", "stop", "start", "terminate", "deadline", "terminate"]
     launch = entries[0]["text"]
     assert "accelerators='H100:1'" in launch and f"max_hourly_cost={offer.hourly_price}" in launch
     assert "idle_minutes_to_autostop=7" in launch and "down=True" in launch

@@ -54,6 +54,13 @@ class SpendMeter:
         """Spend so far: rate per second times billed seconds."""
         return self.hourly_rate * self.billed_seconds(now) / 3600.0
 
+    def describe(self, now: float | None = None) -> str:
+        """One line for progress: spend so far, seconds and rate."""
+        return (
+            f"spent {self.spent(now):.4f} {self.currency} "
+            f"({self.elapsed_seconds(now)} s at {self.hourly_rate:.2f}/h)"
+        )
+
     def as_dict(self) -> dict[str, Any]:
         return {
             "hourly_rate": self.hourly_rate,

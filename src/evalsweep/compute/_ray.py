@@ -127,6 +127,8 @@ class RayTarget:
                     import_piece(store, data)
                 runner.end(entry, 0, sum(len(data) for data in answer["pieces"]))
                 progress.advance(1)
+                if self.hourly_rate:
+                    progress.note(f"{self.name}: {meter.describe()}")
         finally:
             progress.finish()
             meter.stop()

@@ -165,7 +165,7 @@ class SkyPilotTarget:
             offer.hourly_price, MINIMUM_SECONDS.get(offer.offer.cloud, 0), "USD"
         )
         self._meter.start()
-        self._start_watchdog()
+        self.start_watchdog()
         provisioned = _provisioned_price(handle)
         launched["provisioned_hourly_price"] = provisioned
         allowed = offer.hourly_price * (1 + self.price_tolerance) + 1e-9
@@ -212,7 +212,7 @@ class SkyPilotTarget:
     def _sky_errors(self, action: str) -> Any:
         return _SkyErrors(self.name, self.cluster, action)
 
-    def _start_watchdog(self) -> None:
+    def start_watchdog(self) -> None:
         """Terminate at the deadline even if SkyPilot's own autostop never fires."""
         if self.deadline_minutes <= 0:
             return

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import shlex
+import time
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -184,7 +185,7 @@ class SSHTarget:
                 f"{self.name}: {setup['host']} has evalsweep {setup['evalsweep']} "
                 f"on {setup['python']} (Python {setup['python_version']})"
             )
-            document = self._run_remote(job, runner, progress)
+            document = self._run_remote(job, runner, _SpendNotes(progress, meter, self.name))
         finally:
             meter.stop()
         references = list(job.spec.checkpoints)
@@ -275,6 +276,33 @@ class SSHTarget:
             return self.pull(job, runner, progress, store_path)
         except (EvalsweepError, ValueError, KeyError):
             return 0
+
+
+class _SpendNotes:
+    """Progress that also notes the spend so far, at most every ``interval`` seconds."""
+
+    def __init__(self, progress: Progress, meter: SpendMeter, name: str, interval: float = 30):
+        self.progress, self.meter, self.name, self.interval = progress, meter, name, interval
+        self._last = time.monotonic()
+
+    def _tick(self) -> None:
+        if self.meter.hourly_rate and time.monotonic() - self._last >= self.interval:
+            self._last = time.monotonic()
+            self.progress.note(f"{self.name}: {self.meter.describe()}")
+
+    def start(self, label: str, total: int) -> None:
+        self.progress.start(label, total)
+
+    def advance(self, count: int) -> None:
+        self.progress.advance(count)
+        self._tick()
+
+    def finish(self) -> None:
+        self.progress.finish()
+
+    def note(self, message: str) -> None:
+        self.progress.note(message)
+        self._tick()
 
 
 def _replace_option(args: list[str], flag: str, value: str) -> list[str]:
