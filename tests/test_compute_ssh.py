@@ -183,6 +183,7 @@ def test_sweep_over_ssh_lands_in_local_store_identical_to_local_run(
     assert compute["kind"] == "ssh" and compute["hourly_rate"] == 2.5
     assert compute["setup"]["python"] == sys.executable
     assert compute["setup"]["evalsweep_path"].startswith(SRC)
+    assert isinstance(compute["setup"]["gpus"], list)  # what nvidia-smi lists there, if any
     assert compute["spend"]["spend"] == pytest.approx(
         2.5 * compute["spend"]["billed_seconds"] / 3600, abs=1e-6
     )

@@ -35,14 +35,19 @@ from evalsweep.tasks import get_task
 SSH_FAILED = 255
 
 _PROBE = (
-    "import json, platform, socket, sys\n"
+    "import json, platform, shutil, socket, subprocess, sys\n"
     "try:\n"
     "    import evalsweep\n"
     "    found = {'evalsweep': evalsweep.__version__, 'evalsweep_path': evalsweep.__file__}\n"
     "except ImportError as exc:\n"
     "    found = {'evalsweep': None, 'error': str(exc)}\n"
+    "gpus = []\n"
+    "if shutil.which('nvidia-smi'):\n"
+    "    query = ['nvidia-smi', '--query-gpu=name,memory.total', '--format=csv,noheader']\n"
+    "    done = subprocess.run(query, capture_output=True, text=True, timeout=30)\n"
+    "    gpus = [line.strip() for line in done.stdout.splitlines() if line.strip()]\n"
     "print(json.dumps({'python': sys.executable, 'python_version': platform.python_version(),"
-    " 'host': socket.gethostname(), **found}))\n"
+    " 'host': socket.gethostname(), 'gpus': gpus, **found}))\n"
 )
 
 
