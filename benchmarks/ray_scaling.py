@@ -67,8 +67,11 @@ def _warm_workers(count: int) -> None:
     @ray.remote(num_cpus=1)
     def warm() -> int:
         import torch  # noqa: F401
+        from transformers import AutoTokenizer, GPT2LMHeadModel  # noqa: F401
 
         import evalsweep.engine  # noqa: F401
+        import evalsweep.models.hf  # noqa: F401
+        import evalsweep.tasks.mmlu  # noqa: F401
 
         time.sleep(1.0)  # hold the worker so the next warm-up lands on another one
         return os.getpid()
@@ -84,8 +87,11 @@ def _timed_run(workers: int, spec: SweepSpec, folder: Path) -> tuple[float, dict
         _warm_workers(workers)
         with Store(folder / f"ray-{workers}.sqlite") as store:
             began = time.perf_counter()
-            RayTarget(name=f"ray-{workers}").run(SweepJob(spec), store, SilentProgress())
+            ran = RayTarget(name=f"ray-{workers}").run(SweepJob(spec), store, SilentProgress())
             seconds = time.perf_counter() - began
+            tasks = ran.compute["ray_task_seconds"]
+            print(f"{workers} worker(s): {seconds:.1f} s wall; Ray tasks took {sum(tasks):.1f} s "
+                  f"in all ({', '.join(f'{t:.1f}' for t in tasks)})")  # fmt: skip
             rows = {
                 (r.checkpoint, r.task, r.doc_key): (r.prediction, r.correct, r.metrics)
                 for r in store.records()
@@ -97,7 +103,7 @@ def _timed_run(workers: int, spec: SweepSpec, folder: Path) -> tuple[float, dict
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--limit", type=int, default=40, help="questions per MMLU subject")
+    parser.add_argument("--limit", type=int, default=100, help="questions per MMLU subject")
     parser.add_argument("--write", action="store_true", help="append the figures to RESULTS.md")
     args = parser.parse_args()
     data_dir = _data_dir()
@@ -120,7 +126,7 @@ def main() -> None:
                 f"\n## Ray scaling: two-checkpoint sweep on one and two workers "
                 f"({datetime.now(UTC).date()})\n\n"
                 f"`python benchmarks/ray_scaling.py --limit {args.limit}`: 2 GPT-2 checkpoints "
-                f"(4 layers, width 128), {', '.join(TASKS)}, {len(rows_one)} rows per run.\n\n"
+                f"(6 layers, width 256), {', '.join(TASKS)}, {len(rows_one)} rows per run.\n\n"
                 f"- machine: {platform.processor() or platform.machine()}, "
                 f"{os.cpu_count()} CPUs, load average {load}\n"
                 f"- ray: {metadata.version('ray')}, torch: {metadata.version('torch')}\n\n"

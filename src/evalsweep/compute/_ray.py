@@ -105,6 +105,7 @@ class RayTarget:
             pending[evaluate.remote(shard_spec, keys)] = (reference, task_name, entry)
         total = len(pending)
         failed: list[str] = []
+        task_seconds: list[float] = []
         progress.start(f"{self.name}: {total} Ray tasks", total)
         try:
             while pending:
@@ -123,6 +124,7 @@ class RayTarget:
                     runner.end(entry, 1, 0)
                     failed.append(f"{reference} · {task_name}: {_last_line(exc)}")
                     continue
+                task_seconds.append(round(float(answer["seconds"]), 3))
                 for data in answer["pieces"]:
                     import_piece(store, data)
                 runner.end(entry, 0, sum(len(data) for data in answer["pieces"]))
@@ -143,6 +145,7 @@ class RayTarget:
             **self.info().as_dict(),
             "setup": setup,
             "ray_tasks": len(pieces),
+            "ray_task_seconds": task_seconds,
             "spend": meter.as_dict(),
         }
         return TargetRun(result, compute)
