@@ -150,3 +150,29 @@ def test_progress_lines_replay_into_local_progress() -> None:
         ("note", "box: a plain log line"),
     ]
     assert all(json.loads(line.split(" ", 1)[1]) for line in stream.getvalue().splitlines())
+
+
+def test_export_and_import_commands_move_rows_between_stores(
+    tmp_path: Path, cli_env: dict[str, str]
+) -> None:
+    import subprocess
+
+    with Store(tmp_path / "a.sqlite") as store:
+        store.remember_reference("org/m", {"reference": "org/m", "identity": "local:sha256:abc"})
+        store.write([_record(i) for i in range(5)])
+        expected = list(store.records())
+    evalsweep = [sys.executable, "-m", "evalsweep"]
+    exported = subprocess.run(
+        [*evalsweep, "export-results", "org/m", "--tasks", "gsm8k", "--store",
+         str(tmp_path / "a.sqlite"), "--out", str(tmp_path / "pieces"), "--json"],
+        capture_output=True, text=True, env=cli_env, check=True,
+    )  # fmt: skip
+    names = [p["name"] for p in json.loads(exported.stdout)["pieces"]]
+    imported = subprocess.run(
+        [*evalsweep, "import-results", *(str(tmp_path / "pieces" / n) for n in names),
+         "--store", str(tmp_path / "b.sqlite")],
+        capture_output=True, text=True, env=cli_env, check=True,
+    )  # fmt: skip
+    assert "imported 5 rows" in imported.stdout
+    with Store(tmp_path / "b.sqlite") as store:
+        assert list(store.records()) == expected
