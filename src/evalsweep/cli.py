@@ -144,7 +144,16 @@ def main() -> None:
 @click.option(
     "--fail-on-regression", is_flag=True, help="Exit with status 3 if any verdict is a regression."
 )
+@click.option(
+    "--target",
+    default="local",
+    show_default=True,
+    envvar="EVALSWEEP_TARGET",
+    help="Where the sweep runs: local, a [targets.NAME] of the configuration, "
+    "ssh://user@host[:port], ray://host:port or skypilot:GPU (`evalsweep targets` lists them).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the result document as JSON.")
+@click.option("--progress-lines", is_flag=True, hidden=True, help="Progress as JSON lines.")
 @click.option("--debug", is_flag=True, help="Show tracebacks.")
 @user_errors
 def run(
@@ -169,14 +178,17 @@ def run(
     baseline: str | None,
     subjects: bool,
     fail_on_regression: bool,
+    target: str,
     as_json: bool,
+    progress_lines: bool,
     debug: bool,
 ) -> None:
     """Score CHECKPOINTS (folders, org/name or org/name@revision) on the tasks, side by side."""
-    from evalsweep.comparison import compare_results, pick_baseline
-    from evalsweep.engine import ChatOptions, SweepSpec, run_sweep
+    from evalsweep.comparison import pick_baseline
+    from evalsweep.compute import LineProgress, SweepJob, get_target, run_arguments, run_on_target
+    from evalsweep.engine import ChatOptions, SweepSpec
     from evalsweep.models import BackendOptions
-    from evalsweep.report import RichProgress, results_document, write_outputs
+    from evalsweep.report import RichProgress, write_outputs
     from evalsweep.store import Store, default_store_path
 
     spec = SweepSpec(
@@ -197,18 +209,20 @@ def run(
         chat=ChatOptions.from_flags(apply_chat_template, fewshot_as_multiturn, system_instruction),
     )
     pick_baseline(list(checkpoints), baseline)  # a wrong --baseline fails before any compute
+    params = click.get_current_context().params
+    job = SweepJob(spec, run_arguments(checkpoints, tasks, params), baseline)
     with Store(store or default_store_path()) as results_store:
-        with RichProgress(stderr, enabled=not as_json or sys.stderr.isatty()) as progress:
-            result = run_sweep(spec, results_store, progress)
-        comparisons = [c.to_dict() for c in compare_results(result, baseline)]
-        document = results_document(result, sys.argv, comparisons)
-        results_store.save_run(result.run_id, document)
+        where = get_target(target, store=results_store)
+        bars = RichProgress(stderr, enabled=not as_json or sys.stderr.isatty())
+        with bars as shown:
+            progress = LineProgress() if progress_lines else shown
+            document, result = run_on_target(where, job, results_store, progress, sys.argv)
     if out:
         write_outputs(out, document, result)
     _show(document, as_json, subjects)
     if out and not as_json:
         stdout.print(f"[dim]wrote {out}/results.json and {out}/samples.jsonl[/dim]")
-    if fail_on_regression and any(c["verdict"] == "regression" for c in comparisons):
+    if fail_on_regression and any(c["verdict"] == "regression" for c in document["comparisons"]):
         sys.exit(3)
 
 
@@ -573,6 +587,97 @@ def list_tasks_command(as_json: bool) -> None:
             f"[bold]{row['name']}[/bold]  {row['version']}, {row['num_fewshot']}-shot, "
             f"metrics: {', '.join(row['metrics'])}"
         )
+
+
+@main.command("targets")
+@click.option("--json", "as_json", is_flag=True, help="Print the targets as JSON.")
+@click.option("--debug", is_flag=True, help="Show tracebacks.")
+@user_errors
+def targets_command(as_json: bool, debug: bool) -> None:
+    """List where sweeps can run (--target NAME): kind, hardware and hourly rate."""
+    from evalsweep.compute import load_targets
+    from evalsweep.report import render_targets
+
+    rows = [t.info().as_dict() for t in load_targets().values()]
+    if as_json:
+        click.echo(json.dumps(rows, indent=2, default=str))
+        return
+    stdout.print(render_targets(rows))
+
+
+@main.command("quote")
+@click.argument("gpu", default="H100")
+@click.option("--count", type=int, default=1, show_default=True, help="GPUs on the machine.")
+@click.option("--json", "as_json", is_flag=True, help="Print the quote as JSON.")
+@click.option("--debug", is_flag=True, help="Show tracebacks.")
+@user_errors
+def quote_command(gpu: str, count: int, as_json: bool, debug: bool) -> None:
+    """Price of a cloud GPU from the shipped catalog snapshot (offline)."""
+    from evalsweep.compute import quote
+
+    found = quote(gpu, count).as_dict()
+    if as_json:
+        click.echo(json.dumps(found, indent=2))
+        return
+    stdout.print(
+        f"{found['count']} x {found['gpu']}: {found['hourly_price']:.2f} USD/h on "
+        f"{found['offer_cloud']} {found['offer_instance_type']} (catalog {found['catalog']})",
+        highlight=False,
+    )
+
+
+@main.command("export-results")
+@click.argument("checkpoints", nargs=-1, required=True)
+@click.option("--tasks", "-t", required=True, help="Comma-separated tasks, e.g. mmlu,gsm8k.")
+@click.option(
+    "--out",
+    required=True,
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Folder for the pieces.",
+)
+@click.option("--max-bytes", type=int, default=5_000_000, show_default=True, help="Largest piece.")
+@store_option
+@click.option("--json", "as_json", is_flag=True, help="Print the pieces as JSON.")
+@click.option("--debug", is_flag=True, help="Show tracebacks.")
+@user_errors
+def export_results(
+    checkpoints: tuple[str, ...],
+    tasks: str,
+    out: Path,
+    max_bytes: int,
+    store: Path | None,
+    as_json: bool,
+    debug: bool,
+) -> None:
+    """Write the stored rows of CHECKPOINTS on the tasks as JSONL pieces (to move results)."""
+    from evalsweep.compute import export_pieces
+    from evalsweep.tasks import get_task
+
+    names = [get_task(name).name for name in _task_list(tasks)]
+    with _open_existing_store(store) as results_store:
+        pieces = export_pieces(results_store, list(checkpoints), names, out, max_bytes)
+    if as_json:
+        click.echo(json.dumps({"pieces": [p.as_dict() for p in pieces]}))
+        return
+    rows = sum(p.rows for p in pieces)
+    stdout.print(f"wrote {len(pieces)} pieces ({rows} lines) to {out}")
+
+
+@main.command("import-results")
+@click.argument(
+    "pieces", nargs=-1, required=True, type=click.Path(dir_okay=False, exists=True, path_type=Path)
+)
+@store_option
+@click.option("--debug", is_flag=True, help="Show tracebacks.")
+@user_errors
+def import_results(pieces: tuple[Path, ...], store: Path | None, debug: bool) -> None:
+    """Add the rows of pieces written by export-results to the store."""
+    from evalsweep.compute import import_piece
+    from evalsweep.store import Store, default_store_path
+
+    with Store(store or default_store_path()) as results_store:
+        rows = sum(import_piece(results_store, piece.read_bytes()) for piece in pieces)
+    stdout.print(f"imported {rows} rows into {store or default_store_path()}")
 
 
 @main.command()

@@ -1,13 +1,15 @@
-"""The target protocol and the always-present local target."""
+"""The target protocol, what a target is asked to run, and the local target."""
 
 from __future__ import annotations
 
 import os
 import platform
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
-from evalsweep.config import load_config, section
+from evalsweep.engine import Progress, SweepResult, SweepSpec, run_sweep
+from evalsweep.store import Store
 
 
 @dataclass(frozen=True)
@@ -26,6 +28,37 @@ class TargetInfo:
         return asdict(self)
 
 
+@dataclass(frozen=True)
+class SweepJob:
+    """One sweep, as the local engine runs it and as ``evalsweep run`` arguments.
+
+    Attributes:
+        spec: the engine's spec (what a local or Ray run executes).
+        run_args: the same sweep as arguments of ``evalsweep run`` (what a remote
+            machine executes); built by :func:`run_arguments`.
+        baseline: the checkpoint the others are compared with.
+    """
+
+    spec: SweepSpec
+    run_args: tuple[str, ...] = ()
+    baseline: str | None = None
+
+
+@dataclass
+class TargetRun:
+    """What a target hands back: the sweep's results, now in the local store.
+
+    Attributes:
+        result: the sweep rebuilt from the local store (identical to a local run's).
+        document: the result document made where the sweep ran, when it ran elsewhere.
+        compute: where it ran, the setup it found, and the spend (provenance).
+    """
+
+    result: SweepResult
+    compute: dict[str, Any]
+    document: dict[str, Any] | None = None
+
+
 @runtime_checkable
 class Target(Protocol):
     """A place a sweep can run."""
@@ -34,6 +67,45 @@ class Target(Protocol):
 
     def info(self) -> TargetInfo:
         """Kind, hardware and hourly rate (0 for hardware already paid for)."""
+        ...
+
+    def run(self, job: SweepJob, store: Store, progress: Progress) -> TargetRun:
+        """Run the sweep there and bring its rows into ``store``.
+
+        Args:
+            job: the sweep.
+            store: the local results store; rows already there are not recomputed,
+                and every command sent to the target is written to its audit log.
+            progress: where progress and the target's log lines are shown.
+
+        Returns:
+            The results, identical to a local run's, and the compute provenance.
+
+        Raises:
+            TargetError: the target is unreachable, refused the work or died; finished
+                work stays in the store and the same command resumes.
+        """
+        ...
+
+
+@runtime_checkable
+class LifecycleTarget(Target, Protocol):
+    """A target that is provisioned for the work and costs money while it exists."""
+
+    def deploy(self, *, dryrun: bool = False) -> dict[str, Any]:
+        """Provision the machine with the quoted resources; return what was launched."""
+        ...
+
+    def stop(self) -> None:
+        """Stop the machine (billing for compute stops, disks are kept)."""
+        ...
+
+    def start(self) -> None:
+        """Start a stopped machine again."""
+        ...
+
+    def terminate(self) -> None:
+        """Delete the machine and everything on it."""
         ...
 
 
@@ -46,13 +118,22 @@ class LocalTarget:
         return TargetInfo(
             name="local",
             kind="local",
-            hardware=_local_hardware(),
+            hardware=local_hardware(),
             hourly_rate=0.0,
             lifecycle=False,
         )
 
+    def run(self, job: SweepJob, store: Store, progress: Progress) -> TargetRun:
+        from evalsweep.compute._cost import SpendMeter
 
-def _local_hardware() -> str:
+        meter = SpendMeter(0.0)
+        meter.start()
+        result = run_sweep(job.spec, store, progress)
+        meter.stop()
+        return TargetRun(result, {**self.info().as_dict(), "spend": meter.as_dict()})
+
+
+def local_hardware() -> str:
     cpus = os.cpu_count() or 1
     text = f"{platform.machine()} {cpus} CPU"
     try:
@@ -66,9 +147,41 @@ def _local_hardware() -> str:
     return text
 
 
-def load_targets(config: dict[str, Any] | None = None) -> dict[str, Target]:
-    """``local`` plus the targets configured in ``[targets.NAME]`` tables."""
-    config = load_config() if config is None else config
-    targets: dict[str, Target] = {"local": LocalTarget()}
-    section(config, "targets")  # validated; remote kinds are added by their modules
-    return targets
+#: ``evalsweep run`` options that change the work, in the order they are passed on.
+_FORWARDED = (
+    ("data_dir", "--data-dir"),
+    ("limit", "--limit"),
+    ("num_fewshot", "--num-fewshot"),
+    ("backend", "--backend"),
+    ("device", "--device"),
+    ("dtype", "--dtype"),
+    ("batch_size", "--batch-size"),
+    ("samples_per_problem", "--samples-per-problem"),
+    ("temperature", "--temperature"),
+    ("ks", "--k"),
+    ("baseline", "--baseline"),
+    ("system_instruction", "--system-instruction"),
+)
+
+
+def run_arguments(
+    checkpoints: Sequence[str], tasks: str, options: Mapping[str, Any]
+) -> tuple[str, ...]:
+    """The ``evalsweep run`` arguments that make the same sweep on another machine.
+
+    Only options that change the work travel; where results go (``--store``,
+    ``--out``) and how they are shown are decided by the side that asked.
+    """
+    args = [*checkpoints, "--tasks", tasks]
+    for name, flag in _FORWARDED:
+        value = options.get(name)
+        if value is not None:
+            args += [flag, str(value)]
+    if options.get("trust_remote_code"):
+        args.append("--trust-remote-code")
+    if options.get("apply_chat_template"):
+        args.append("--apply-chat-template")
+    multiturn = options.get("fewshot_as_multiturn")
+    if multiturn is not None:
+        args.append("--fewshot-as-multiturn" if multiturn else "--no-fewshot-as-multiturn")
+    return tuple(args)

@@ -18,6 +18,7 @@ from evalsweep.engine._sweep import (
     plan_sweep,
     run_sweep,
 )
+from evalsweep.engine._sweep import _request_hash as request_hash
 
 __all__ = [
     "ChatOptions",
@@ -29,6 +30,7 @@ __all__ = [
     "TaskRun",
     "backend_settings",
     "plan_sweep",
+    "request_hash",
     "run_sweep",
     "stored_sweep",
 ]

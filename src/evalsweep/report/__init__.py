@@ -10,6 +10,7 @@ from evalsweep.report._html import render_html, write_html
 from evalsweep.report._markdown import render_markdown
 from evalsweep.report._progress import RichProgress
 from evalsweep.report._table import display_names, render_subject_table, render_table
+from evalsweep.report._targets import render_targets
 
 __all__ = [
     "RichProgress",
@@ -20,6 +21,7 @@ __all__ = [
     "render_markdown",
     "render_subject_table",
     "render_table",
+    "render_targets",
     "results_document",
     "sample_lines",
     "write_html",

@@ -1,0 +1,33 @@
+"""Run a sweep on a target and record it like a local run, with where it ran and its cost."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from evalsweep.compute._base import SweepJob, Target
+from evalsweep.engine import Progress, SweepResult
+from evalsweep.store import Store
+
+
+def run_on_target(
+    target: Target, job: SweepJob, store: Store, progress: Progress, command: Sequence[str] = ()
+) -> tuple[dict[str, Any], SweepResult]:
+    """Run ``job`` on ``target``; save and return its result document and results.
+
+    The document is the one ``evalsweep run`` makes (made on the target when the
+    sweep ran there), with a ``compute`` section: the target, its hardware and
+    rate, the setup it reported, and the spend.
+    """
+    from evalsweep.comparison import compare_results
+    from evalsweep.report import results_document
+
+    ran = target.run(job, store, progress)
+    if ran.document is not None:
+        document = dict(ran.document)
+    else:
+        comparisons = [c.to_dict() for c in compare_results(ran.result, job.baseline)]
+        document = results_document(ran.result, command, comparisons)
+    document["compute"] = ran.compute
+    store.save_run(str(document["run_id"]), document)
+    return document, ran.result

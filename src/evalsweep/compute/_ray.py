@@ -1,0 +1,251 @@
+"""A Ray cluster: one Ray task per (checkpoint, task, shard), results gathered here.
+
+Ray schedules; evalsweep does not. The sweep is planned here first (every
+reference resolved, every prompt built), then each checkpoint's missing
+documents of each task are cut into shards and each shard becomes one Ray
+task with ``num_gpus`` (0 on CPU). A worker runs the ordinary engine on its
+shard against a private store and sends its rows back in pieces of at most
+5 MB; each piece is written to the local store as it arrives, so a cluster
+that dies mid-sweep keeps what finished and the same command resumes. The
+sweep's result is then rebuilt from the local store by the same engine, with
+no model call, so it is identical to a local run's.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from evalsweep.compute._base import SweepJob, TargetInfo, TargetRun
+from evalsweep.compute._cost import SpendMeter
+from evalsweep.compute._runner import CommandRunner
+from evalsweep.compute._transfer import import_piece
+from evalsweep.engine import Progress, SweepSpec, backend_settings, plan_sweep, run_sweep
+from evalsweep.engine import request_hash as _request_hash
+from evalsweep.errors import TargetError
+from evalsweep.store import Store, settings_key
+from evalsweep.tasks import PreparedDocument, Task
+
+
+@dataclass
+class RayTarget:
+    """A Ray cluster at ``address`` (``auto``, ``ray://host:10001``, or ``local``).
+
+    Args:
+        name: the target's name.
+        address: what ``ray.init`` connects to; ``local`` starts a cluster on this
+            machine with ``num_cpus`` CPUs. An already initialised Ray is used as is.
+        num_gpus: GPUs per Ray task (0 runs on CPU).
+        num_cpus: CPUs per Ray task.
+        shards: Ray tasks per (checkpoint, task).
+        hourly_rate: what the cluster costs per hour.
+        runtime_env: Ray runtime environment for the workers (the setup step: e.g.
+            ``{"pip": ["evalsweep==0.1.0"]}``).
+    """
+
+    name: str
+    address: str = "auto"
+    num_gpus: float = 0.0
+    num_cpus: float = 1.0
+    shards: int = 1
+    hourly_rate: float = 0.0
+    minimum_seconds: int = 0
+    currency: str = "USD"
+    hardware: str = "Ray cluster"
+    runtime_env: dict[str, Any] = field(default_factory=dict)
+    kind: str = "ray"
+
+    def info(self) -> TargetInfo:
+        return TargetInfo(
+            name=self.name,
+            kind=self.kind,
+            hardware=self.hardware,
+            hourly_rate=self.hourly_rate,
+            currency=self.currency,
+            lifecycle=False,
+            details={"address": self.address, "num_gpus": self.num_gpus, "shards": self.shards},
+        )
+
+    def run(self, job: SweepJob, store: Store, progress: Progress) -> TargetRun:
+        try:
+            import ray
+            from ray.exceptions import RayError
+        except ImportError:
+            raise TargetError(
+                f"ray target {self.name} needs Ray: pip install 'evalsweep[compute]'"
+            ) from None
+
+        spec = self._pinned(job.spec)
+        checkpoints, task_runs = plan_sweep(spec)  # typos fail here, before the cluster
+        backend = backend_settings(spec)
+        backend_key = settings_key("backend", backend)
+        runner = CommandRunner(store, self.name)
+        meter = SpendMeter(self.hourly_rate, self.minimum_seconds, self.currency)
+        meter.start()
+        setup = self._connect(runner)
+        pieces: list[tuple[str, str, list[str]]] = []
+        for checkpoint in checkpoints:
+            for run in task_runs.values():
+                missing = _missing(store, checkpoint.identity, backend_key, run)
+                for shard in _split(missing, self.shards):
+                    pieces.append((checkpoint.reference, run.task.name, shard))
+        evaluate = ray.remote(_evaluate_shard).options(
+            num_gpus=self.num_gpus, num_cpus=self.num_cpus, max_retries=0
+        )
+        tasks = {spec_task_name(t): t for t in spec.tasks}
+        pending: dict[Any, tuple[str, str, int]] = {}
+        for reference, task_name, keys in pieces:
+            shard_spec = replace(spec, checkpoints=[reference], tasks=[tasks[task_name]])
+            text = f"ray task evaluate_shard({reference!r}, {task_name!r}, {len(keys)} documents)"
+            entry = runner.begin(
+                "submit", text, detail={"address": self.address, "num_gpus": self.num_gpus}
+            )
+            pending[evaluate.remote(shard_spec, keys)] = (reference, task_name, entry)
+        total = len(pending)
+        failed: list[str] = []
+        task_seconds: list[float] = []
+        progress.start(f"{self.name}: {total} Ray tasks", total)
+        try:
+            while pending:
+                try:
+                    ready, _ = ray.wait(list(pending), num_returns=1)
+                except (RayError, ConnectionError) as exc:
+                    raise TargetError(
+                        f"ray target {self.name}: lost the cluster at {self.address} "
+                        f"({_last_line(exc)}); {total - len(pending)} of {total} Ray tasks "
+                        f"are stored, run the same command to resume"
+                    ) from None
+                reference, task_name, entry = pending.pop(ready[0])
+                try:
+                    answer = ray.get(ready[0])
+                except (RayError, OSError) as exc:  # this task failed: keep gathering the rest
+                    runner.end(entry, 1, 0)
+                    failed.append(f"{reference} · {task_name}: {_last_line(exc)}")
+                    continue
+                task_seconds.append(round(float(answer["seconds"]), 3))
+                for data in answer["pieces"]:
+                    import_piece(store, data)
+                runner.end(entry, 0, sum(len(data) for data in answer["pieces"]))
+                progress.advance(1)
+                if self.hourly_rate:
+                    progress.note(f"{self.name}: {meter.describe()}")
+        finally:
+            progress.finish()
+            meter.stop()
+        if failed:
+            raise TargetError(
+                f"ray target {self.name}: {len(failed)} of {total} Ray tasks failed "
+                f"(first: {failed[0]}); the other {total - len(failed)} are stored, "
+                f"run the same command to resume"
+            )
+        result = run_sweep(spec, store, progress)  # every row is stored: no model call
+        compute = {
+            **self.info().as_dict(),
+            "setup": setup,
+            "ray_tasks": len(pieces),
+            "ray_task_seconds": task_seconds,
+            "spend": meter.as_dict(),
+        }
+        return TargetRun(result, compute)
+
+    def _pinned(self, spec: SweepSpec) -> SweepSpec:
+        """Name the workers' device, so the backend key is the one the workers store under."""
+        if spec.options.device != "auto":
+            return spec
+        device = "cuda" if self.num_gpus > 0 else "cpu"
+        return replace(spec, options=replace(spec.options, device=device))
+
+    def _connect(self, runner: CommandRunner) -> dict[str, Any]:
+        import ray
+
+        if not ray.is_initialized():
+            text = "ray.init(local)" if self.address == "local" else f"ray.init({self.address!r})"
+            try:
+                with runner.call("connect", text, detail={"runtime_env": self.runtime_env}):
+                    kwargs: dict[str, Any] = {"runtime_env": self.runtime_env or None}
+                    if self.address != "local":
+                        kwargs["address"] = self.address
+                    ray.init(**kwargs, log_to_driver=False)
+            except (ConnectionError, RuntimeError, ValueError, TimeoutError) as exc:
+                raise TargetError(
+                    f"ray target {self.name}: cannot connect to {self.address} ({_last_line(exc)})"
+                ) from None
+        resources = ray.cluster_resources()  # type: ignore[no-untyped-call]
+        return {
+            "ray": ray.__version__,
+            "cpus": resources.get("CPU", 0),
+            "gpus": resources.get("GPU", 0),
+            "nodes": len([n for n in ray.nodes() if n.get("Alive")]),  # type: ignore[no-untyped-call]
+        }
+
+
+def spec_task_name(task: str | Task) -> str:
+    from evalsweep.tasks import get_task
+
+    return get_task(task).name if isinstance(task, str) else task.name
+
+
+def _missing(store: Store, identity: str, backend_key: str, run: Any) -> list[str]:
+    """Document keys of ``run`` this checkpoint has no current row for."""
+    keys = [p.document.key for p in run.prepared]
+    stored = store.fetch(identity, backend_key, run.task.name, run.settings_key, keys)
+    return [
+        p.document.key
+        for p in run.prepared
+        if p.document.key not in stored or stored[p.document.key].request_hash != _request_hash(p)
+    ]
+
+
+def _split(keys: list[str], shards: int) -> list[list[str]]:
+    if not keys:
+        return []
+    size = math.ceil(len(keys) / max(1, shards))
+    return [keys[start : start + size] for start in range(0, len(keys), size)]
+
+
+def _last_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return text[-1] if text else type(exc).__name__
+
+
+class _Shard:
+    """A task narrowed to some of its documents (prompts built from the whole task first).
+
+    Few-shot examples can depend on a document's position (GSM8K draws them in
+    order), so the whole task is prepared and the shard keeps its documents.
+    """
+
+    def __init__(self, task: Task, keys: list[str]) -> None:
+        self._task = task
+        self._keys = frozenset(keys)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._task, name)
+
+    def prepare(self, data: Any, num_fewshot: int) -> list[PreparedDocument]:
+        return [p for p in self._task.prepare(data, num_fewshot) if p.document.key in self._keys]
+
+
+def _evaluate_shard(spec: SweepSpec, keys: list[str]) -> dict[str, Any]:
+    """Runs on a Ray worker: the engine on one shard, rows back as JSONL pieces."""
+    import tempfile
+    from pathlib import Path
+
+    from evalsweep.compute._transfer import pack, rows_lines
+    from evalsweep.tasks import get_task
+
+    began = time.time()
+    (task,) = spec.tasks
+    task = get_task(task) if isinstance(task, str) else task
+    shard_spec = replace(spec, tasks=[_Shard(task, keys)])
+    wanted = set(keys)
+    with (
+        tempfile.TemporaryDirectory(prefix="evalsweep-ray-") as folder,
+        Store(Path(folder) / "shard.sqlite") as shard_store,
+    ):
+        result = run_sweep(shard_spec, shard_store)
+        records = [r for r in shard_store.records() if r.doc_key in wanted]
+        pieces = [data for data, _ in pack(rows_lines(records))]
+    return {"pieces": pieces, "backends": result.backends, "seconds": time.time() - began}
