@@ -30,6 +30,7 @@ class BackendOptions:
     tensor_parallel_size: int = 1
     data_parallel_size: int = 1
     gpu_memory_utilization: float | None = None  # None: vLLM's default (0.9)
+    enforce_eager: bool = False  # no graph compilation: a faster start, slower steps
     # OpenAI-compatible server
     base_url: str | None = None
     model_name: str | None = None  # served model name (default: asked from /v1/models)

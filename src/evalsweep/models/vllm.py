@@ -114,6 +114,7 @@ class VLLMBackend:
         info["tensor_parallel_size"] = self.options.tensor_parallel_size
         info["gpu_memory_utilization"] = self.options.gpu_memory_utilization
         info["prefix_caching"] = self.options.prefix_reuse
+        info["enforce_eager"] = self.options.enforce_eager
         if self.lora_request is not None:
             info["adapter"] = "vLLM LoRA, not merged"
         return info
@@ -283,6 +284,7 @@ def _load_engine(checkpoint: ResolvedCheckpoint, options: BackendOptions, lora_r
         "max_model_len": options.max_length,
         "enable_prefix_caching": options.prefix_reuse,
         "seed": 1234,
+        "enforce_eager": options.enforce_eager,
     }
     if options.gpu_memory_utilization is not None:
         # On vLLM's CPU build this is the share of host memory it reserves.
