@@ -73,6 +73,9 @@ class OpenAIBackend:
             limits=httpx.Limits(max_connections=options.concurrency),
         )
         self._httpx = httpx
+        self._calls = 0
+        self._retries = 0
+        self._lock = threading.Lock()
         served = self._served_models()
         self.model = options.model_name or _pick_model(checkpoint, served, self.base_url)
         if self.model not in served:
@@ -86,9 +89,6 @@ class OpenAIBackend:
         self.max_length = options.max_length or int(
             self.server_info.get("max_model_len") or DEFAULT_MAX_LENGTH
         )
-        self._calls = 0
-        self._retries = 0
-        self._lock = threading.Lock()
 
     # -- identity -----------------------------------------------------------------
 
