@@ -128,8 +128,9 @@ class OpenAIBackend:
             context, continuation = self.encoder.encode_pair(request.context, request.continuation)
             if not continuation:
                 raise BackendError(f"continuation {request.continuation!r} encodes to no tokens")
-            # Room for the one generated token the server insists on producing.
-            whole = (context + continuation)[-self.max_length :]
+            # Left-truncated like the HF backend, but leaving room for the one token
+            # the server generates (a prompt of the full context length is refused).
+            whole = (context + continuation)[-(self.max_length - 1) :]
             width = min(len(continuation), len(whole) - 1)
             prompts.setdefault(tuple(whole), []).append((index, width))
         ordered = list(prompts)

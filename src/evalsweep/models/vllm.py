@@ -137,12 +137,13 @@ class VLLMBackend:
             context, continuation = self.encoder.encode_pair(request.context, request.continuation)
             if not continuation:
                 raise BackendError(f"continuation {request.continuation!r} encodes to no tokens")
-            # Left-truncated like the HF backend, leaving room for the one token
-            # vLLM generates with every request.
-            whole = (context + continuation)[-self.max_length :]
+            # Left-truncated like the HF backend, but leaving room for the one token
+            # vLLM generates with every request (a prompt of max_model_len is refused).
             if len(continuation) == 1:
+                whole = (context + continuation)[-self.max_length :]
                 next_token.setdefault(tuple(whole[:-1]), {}).setdefault(whole[-1], []).append(index)
             else:
+                whole = (context + continuation)[-(self.max_length - 1) :]
                 width = min(len(continuation), len(whole) - 1)
                 prompted.setdefault(tuple(whole), []).append((index, width))
         self._score_next_tokens(next_token, results, progress)
