@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import gc
 import json
+import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -68,6 +69,10 @@ class VLLMBackend:
     name = "vllm"
 
     def __init__(self, checkpoint: ResolvedCheckpoint, options: BackendOptions) -> None:
+        # vLLM logs to stdout unless told otherwise, which would corrupt `--json`
+        # output: its log goes to stderr, warnings only unless the person asked.
+        os.environ.setdefault("VLLM_LOGGING_STREAM", "ext://sys.stderr")
+        os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
         try:
             import vllm
         except ImportError as exc:
