@@ -134,9 +134,8 @@ class OpenAIBackend:
             width = min(len(continuation), len(whole) - 1)
             prompts.setdefault(tuple(whole), []).append((index, width))
         ordered = list(prompts)
-        chunks = [
-            ordered[i : i + PROMPTS_PER_CALL] for i in range(0, len(ordered), PROMPTS_PER_CALL)
-        ]
+        per_call = self.options.batch_size or PROMPTS_PER_CALL  # --batch-size: prompts per call
+        chunks = [ordered[i : i + per_call] for i in range(0, len(ordered), per_call)]
         results: list[LoglikelihoodResult | None] = [None] * len(requests)
 
         def score(chunk: list[tuple[int, ...]]) -> None:

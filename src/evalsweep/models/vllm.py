@@ -201,8 +201,12 @@ class VLLMBackend:
     ) -> None:
         """One request per distinct prompt, read from its prompt log-probabilities."""
         prompts = sorted(groups)
-        for start in range(0, len(prompts), CHUNK):
-            chunk = prompts[start : start + CHUNK]
+        # vLLM 0.32 with a LoRA adapter fails to compute prompt-row logits for more than
+        # one request in a batch (its CPU punica wrapper indexes LoRAs per request, not per
+        # prompt row: an einsum shape error). One request per call avoids it.
+        size = 1 if self.lora_request is not None else CHUNK
+        for start in range(0, len(prompts), size):
+            chunk = prompts[start : start + size]
             params = self._sampling(max_tokens=1, temperature=0.0, prompt_logprobs=1)
             outputs = self._generate([list(tokens) for tokens in chunk], params)
             done = 0
