@@ -6,6 +6,11 @@ Results must record exactly what was evaluated, so every reference is
 resolved before any compute to an identity: the Hub commit sha, or for a
 local folder a fingerprint of its config and weight files. Two references to
 the same bytes share an identity, and so share cached results.
+
+A PEFT adapter (a folder or Hub repository holding ``adapter_config.json``)
+resolves to its base model plus the adapter: both identities are recorded,
+and the adapter's identity names its base, so two fine-tunes of one base can
+be compared without merging them and never share cached rows.
 """
 
 from __future__ import annotations
@@ -19,6 +24,8 @@ from pathlib import Path
 from evalsweep.errors import CheckpointError
 
 WEIGHT_PATTERNS = ("*.safetensors", "*.bin", "*.pt", "*.pth", "*.gguf")
+ADAPTER_CONFIG = "adapter_config.json"
+ADAPTER_FILES = (ADAPTER_CONFIG, "tokenizer.json", "tokenizer_config.json")
 CONFIG_FILES = ("config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json")
 HUB_ID = re.compile(r"^[A-Za-z0-9][\w.\-]*/[\w.\-]+$")
 
@@ -32,8 +39,10 @@ class ResolvedCheckpoint:
         kind: ``"local"`` or ``"hub"``.
         location: absolute folder path, or the Hub repo id.
         revision: the revision asked for (Hub), or None.
-        identity: ``hub:<repo>@<commit sha>`` or ``local:sha256:<fingerprint>``.
+        identity: ``hub:<repo>@<commit sha>`` or ``local:sha256:<fingerprint>``; for an
+            adapter, the adapter's own identity followed by ``+base=<base identity>``.
         commit: the resolved Hub commit sha, or None for local folders.
+        base: for a PEFT adapter, the base model it applies to; None for a full model.
     """
 
     reference: str
@@ -42,18 +51,41 @@ class ResolvedCheckpoint:
     revision: str | None
     identity: str
     commit: str | None = None
+    base: ResolvedCheckpoint | None = None
+
+    @property
+    def is_adapter(self) -> bool:
+        return self.base is not None
 
     @property
     def load_path(self) -> str:
-        return self.location
+        """Where the full model's weights load from (the base model's, for an adapter)."""
+        return self.base.load_path if self.base else self.location
 
     @property
     def load_revision(self) -> str | None:
         """Pin Hub loads to the resolved commit, so the weights match the identity."""
+        if self.base:
+            return self.base.load_revision
         return self.commit if self.kind == "hub" else None
+
+    @property
+    def adapter_revision(self) -> str | None:
+        """The adapter's own pinned Hub commit (None for a local adapter or a full model)."""
+        return self.commit if self.base and self.kind == "hub" else None
 
     def to_dict(self) -> dict[str, object]:
         return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, object]) -> ResolvedCheckpoint:
+        """Inverse of :meth:`to_dict` (what the store keeps about a reference)."""
+        fields = dict(data)
+        base = fields.pop("base", None)
+        return cls(
+            **fields,  # type: ignore[arg-type]
+            base=cls.from_dict(base) if isinstance(base, dict) else None,
+        )
 
 
 def resolve_checkpoint(reference: str) -> ResolvedCheckpoint:
@@ -88,6 +120,8 @@ def resolve_checkpoints(references: list[str]) -> list[ResolvedCheckpoint]:
 def _resolve_local(reference: str, path: Path) -> ResolvedCheckpoint:
     if not path.is_dir():
         raise CheckpointError(f"checkpoint {reference!r}: folder {path} does not exist")
+    if (path / ADAPTER_CONFIG).is_file() and not (path / "config.json").is_file():
+        return _resolve_local_adapter(reference, path)
     config = path / "config.json"
     if not config.is_file():
         raise CheckpointError(f"checkpoint {reference!r}: no config.json in {path}")
@@ -98,8 +132,7 @@ def _resolve_local(reference: str, path: Path) -> ResolvedCheckpoint:
             f"checkpoint {reference!r}: {config} is not valid JSON ({exc})"
         ) from exc
     weights = sorted(p for pattern in WEIGHT_PATTERNS for p in path.glob(pattern))
-    adapter = (path / "adapter_config.json").is_file()
-    if not weights and not adapter:
+    if not weights:
         raise CheckpointError(
             f"checkpoint {reference!r}: no weight files (*.safetensors, *.bin) in {path}"
         )
@@ -113,6 +146,68 @@ def _resolve_local(reference: str, path: Path) -> ResolvedCheckpoint:
         revision=None,
         identity=f"local:sha256:{fingerprint_folder(path, weights)}",
     )
+
+
+def _resolve_local_adapter(reference: str, path: Path) -> ResolvedCheckpoint:
+    """A folder holding a PEFT adapter: fingerprint it, then resolve the base it names."""
+    base_name = _adapter_base(reference, path / ADAPTER_CONFIG)
+    weights = sorted(
+        p for p in path.glob("adapter_model.*") if p.suffix in {".safetensors", ".bin"}
+    )
+    if not weights:
+        raise CheckpointError(
+            f"checkpoint {reference!r}: adapter without weights (adapter_model.safetensors) "
+            f"in {path}"
+        )
+    for file in weights:
+        if file.suffix == ".safetensors":
+            _check_safetensors(reference, file)
+    base = _resolve_base(reference, base_name, relative_to=path)
+    own = f"local:sha256:{fingerprint_folder(path, weights, ADAPTER_FILES)}"
+    return ResolvedCheckpoint(
+        reference=reference,
+        kind="local",
+        location=str(path.resolve()),
+        revision=None,
+        identity=f"{own}+base={base.identity}",
+        base=base,
+    )
+
+
+def _adapter_base(reference: str, config: Path) -> str:
+    """The base model an adapter's ``adapter_config.json`` names."""
+    try:
+        data = json.loads(config.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise CheckpointError(
+            f"checkpoint {reference!r}: {config} is not valid JSON ({exc})"
+        ) from exc
+    base = data.get("base_model_name_or_path") if isinstance(data, dict) else None
+    if not isinstance(base, str) or not base.strip():
+        raise CheckpointError(
+            f"checkpoint {reference!r}: {config} names no base model (base_model_name_or_path)"
+        )
+    return base.strip()
+
+
+def _resolve_base(reference: str, base_name: str, relative_to: Path | None) -> ResolvedCheckpoint:
+    """Resolve an adapter's base model: a folder (absolute or beside the adapter) or a Hub id."""
+    candidate = Path(base_name).expanduser()
+    if relative_to is not None and not candidate.is_absolute():
+        beside = relative_to / candidate
+        if beside.is_dir() and (beside / "config.json").is_file():
+            candidate = beside
+    try:
+        base = resolve_checkpoint(str(candidate) if candidate.is_dir() else base_name)
+    except CheckpointError as exc:
+        raise CheckpointError(
+            f"checkpoint {reference!r}: its base model {base_name!r} cannot be resolved ({exc})"
+        ) from exc
+    if base.base is not None:
+        raise CheckpointError(
+            f"checkpoint {reference!r}: its base {base_name!r} is itself an adapter"
+        )
+    return base
 
 
 def _check_safetensors(reference: str, file: Path) -> None:
@@ -141,14 +236,16 @@ def _check_safetensors(reference: str, file: Path) -> None:
         ) from exc
 
 
-def fingerprint_folder(path: Path, weights: list[Path]) -> str:
+def fingerprint_folder(
+    path: Path, weights: list[Path], config_files: tuple[str, ...] = CONFIG_FILES
+) -> str:
     """Hash config, tokenizer and weight files' names and contents.
 
     Weights are hashed in full: a retrained checkpoint written over the same
     folder must not be mistaken for the old one by the result cache.
     """
     digest = hashlib.sha256()
-    files = [path / name for name in CONFIG_FILES if (path / name).is_file()] + weights
+    files = [path / name for name in config_files if (path / name).is_file()] + weights
     for file in files:
         digest.update(file.name.encode() + b"\0")
         with file.open("rb") as handle:
@@ -188,6 +285,9 @@ def _resolve_hub(reference: str, repo: str, revision: str | None) -> ResolvedChe
             reason = (text.splitlines()[0] if text else type(exc).__name__)[:160]
         raise CheckpointError(f"checkpoint {reference!r}: cannot reach the Hub ({reason})") from exc
     commit = info.sha or revision or "unknown"
+    siblings = {s.rfilename for s in (info.siblings or [])}
+    if ADAPTER_CONFIG in siblings and "config.json" not in siblings:
+        return _resolve_hub_adapter(reference, repo, revision, commit)
     return ResolvedCheckpoint(
         reference=reference,
         kind="hub",
@@ -195,4 +295,28 @@ def _resolve_hub(reference: str, repo: str, revision: str | None) -> ResolvedChe
         revision=revision,
         identity=f"hub:{repo}@{commit}",
         commit=info.sha,
+    )
+
+
+def _resolve_hub_adapter(
+    reference: str, repo: str, revision: str | None, commit: str
+) -> ResolvedCheckpoint:
+    """A Hub repository holding a PEFT adapter: pin its commit, then resolve its base."""
+    from huggingface_hub import hf_hub_download
+
+    try:
+        config = hf_hub_download(repo, ADAPTER_CONFIG, revision=commit)
+    except Exception as exc:
+        raise CheckpointError(
+            f"checkpoint {reference!r}: cannot download {ADAPTER_CONFIG} ({exc})"
+        ) from exc
+    base = _resolve_base(reference, _adapter_base(reference, Path(config)), relative_to=None)
+    return ResolvedCheckpoint(
+        reference=reference,
+        kind="hub",
+        location=repo,
+        revision=revision,
+        identity=f"hub:{repo}@{commit}+base={base.identity}",
+        commit=commit,
+        base=base,
     )

@@ -95,13 +95,37 @@ def main() -> None:
 )
 @click.option("--limit", type=int, help="First N documents per task (per MMLU subject).")
 @click.option("--num-fewshot", type=int, help="Few-shot examples (default: the task's, 5).")
-@click.option("--backend", default="hf", show_default=True, help="Model backend.")
+@click.option(
+    "--backend",
+    default="hf",
+    show_default=True,
+    help="Model backend: hf (transformers), vllm (in process) or openai (a server's /v1 API).",
+)
 @click.option("--device", default="auto", show_default=True, help="cpu, cuda, cuda:N or auto.")
 @click.option(
     "--dtype", default="auto", show_default=True, help="auto, float32, float16 or bfloat16."
 )
 @click.option("--batch-size", default="auto", show_default=True, help="Rows per batch, or auto.")
 @click.option("--trust-remote-code", is_flag=True, help="Allow checkpoints with custom code.")
+@click.option("--max-length", type=int, help="Context length (vLLM: max_model_len).")
+@click.option(
+    "--tensor-parallel-size", type=int, default=1, show_default=True, help="vllm: GPUs per model."
+)
+@click.option(
+    "--data-parallel-size", type=int, default=1, show_default=True, help="vllm: model replicas."
+)
+@click.option(
+    "--gpu-memory-utilization",
+    type=float,
+    help="vllm: share of GPU memory it may take (on its CPU build, of host memory).",
+)
+@click.option("--enforce-eager", is_flag=True, help="vllm: skip graph compilation (faster start).")
+@click.option("--base-url", help="openai: the server's API root, e.g. http://127.0.0.1:8000/v1.")
+@click.option("--model", "model_name", help="openai: served model name (default: asked of it).")
+@click.option("--api-key-env", help="openai: environment variable holding the API key.")
+@click.option(
+    "--concurrency", type=int, default=8, show_default=True, help="openai: calls in flight."
+)
 @click.option(
     "--apply-chat-template",
     is_flag=True,
@@ -170,6 +194,15 @@ def run(
     apply_chat_template: bool,
     fewshot_as_multiturn: bool | None,
     system_instruction: str | None,
+    max_length: int | None,
+    tensor_parallel_size: int,
+    data_parallel_size: int,
+    gpu_memory_utilization: float | None,
+    enforce_eager: bool,
+    base_url: str | None,
+    model_name: str | None,
+    api_key_env: str | None,
+    concurrency: int,
     store: Path | None,
     out: Path | None,
     samples_per_problem: int,
@@ -205,6 +238,15 @@ def run(
             dtype=dtype,
             batch_size=_batch_size(batch_size),
             trust_remote_code=trust_remote_code,
+            max_length=max_length,
+            tensor_parallel_size=tensor_parallel_size,
+            data_parallel_size=data_parallel_size,
+            gpu_memory_utilization=gpu_memory_utilization,
+            enforce_eager=enforce_eager,
+            base_url=base_url,
+            model_name=model_name,
+            api_key_env=api_key_env,
+            concurrency=concurrency,
         ),
         chat=ChatOptions.from_flags(apply_chat_template, fewshot_as_multiturn, system_instruction),
     )

@@ -161,6 +161,14 @@ _FORWARDED = (
     ("ks", "--k"),
     ("baseline", "--baseline"),
     ("system_instruction", "--system-instruction"),
+    ("max_length", "--max-length"),
+    ("tensor_parallel_size", "--tensor-parallel-size"),
+    ("data_parallel_size", "--data-parallel-size"),
+    ("gpu_memory_utilization", "--gpu-memory-utilization"),
+    ("base_url", "--base-url"),
+    ("model_name", "--model"),
+    ("api_key_env", "--api-key-env"),
+    ("concurrency", "--concurrency"),
 )
 
 
@@ -179,6 +187,8 @@ def run_arguments(
             args += [flag, str(value)]
     if options.get("trust_remote_code"):
         args.append("--trust-remote-code")
+    if options.get("enforce_eager"):
+        args.append("--enforce-eager")
     if options.get("apply_chat_template"):
         args.append("--apply-chat-template")
     multiturn = options.get("fewshot_as_multiturn")

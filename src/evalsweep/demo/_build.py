@@ -112,3 +112,35 @@ def build_checkpoint(
     model.save_pretrained(out_dir, safe_serialization=True)
     tokenizer.save_pretrained(out_dir)
     return out_dir
+
+
+LORA_TARGETS = {"gpt2": ["c_attn"], "llama": ["q_proj", "v_proj"]}
+
+
+def build_lora_adapter(base_dir: Path, out_dir: Path, *, rank: int = 4, seed: int = 0) -> Path:
+    """Write a PEFT LoRA adapter with random (non-zero) weights for the checkpoint in ``base_dir``.
+
+    Both LoRA matrices are random (``init_lora_weights=False``), so the adapter
+    really changes the model's answers; ``adapter_config.json`` names the base
+    folder by its absolute path, as PEFT does for a model loaded from a folder.
+    """
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    base = AutoModelForCausalLM.from_pretrained(base_dir.resolve(), dtype=torch.float32)
+    targets = LORA_TARGETS.get(base.config.model_type)
+    if targets is None:
+        raise ValueError(f"no LoRA targets known for {base.config.model_type!r}")
+    torch.manual_seed(seed)
+    config = LoraConfig(
+        r=rank,
+        lora_alpha=2 * rank,
+        target_modules=targets,
+        init_lora_weights=False,
+        fan_in_fan_out=base.config.model_type == "gpt2",  # GPT-2's Conv1D stores W transposed
+    )
+    model = get_peft_model(base, config)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(out_dir, safe_serialization=True)
+    return out_dir

@@ -104,7 +104,7 @@ def _identity(store: Store, reference: str) -> ResolvedCheckpoint:
         known = store.lookup_reference(reference)
         if known is None:
             raise CheckpointError(f"{exc}; and the store has no results for it") from exc
-        return ResolvedCheckpoint(**known)
+        return ResolvedCheckpoint.from_dict(known)
 
 
 def _common_settings(

@@ -153,6 +153,8 @@ def backend_settings(spec: SweepSpec) -> dict[str, Any]:
 
     device = spec.options.device
     device_type = ("cuda" if torch.cuda.is_available() else "cpu") if device == "auto" else device
+    if spec.backend == "openai":
+        device_type = "remote"  # the server's hardware; its address is provenance, not key
     dtype = DTYPES.get(spec.options.dtype, spec.options.dtype)
     return {
         "backend": spec.backend,

@@ -12,6 +12,9 @@ What differs is speed, never the answer:
   forward pass, whatever their continuation length;
 - batches are filled to a token budget, longest first, rather than a fixed count;
 - logits are computed only at the positions that are scored.
+
+A PEFT adapter checkpoint loads its base model and attaches the adapter with
+``peft`` without merging it, so the base's weights stay as they are on disk.
 """
 
 from __future__ import annotations
@@ -24,10 +27,16 @@ from evalsweep.checkpoints import ResolvedCheckpoint
 from evalsweep.errors import BackendError, CheckpointError
 from evalsweep.models import BackendOptions
 from evalsweep.models._base import ProgressCallback
+from evalsweep.models._tokens import (
+    PairEncoder,
+    cut_at_stops,
+    first_line,
+    load_tokenizer,
+    resolve_max_length,
+    sampling_seed,
+)
 from evalsweep.requests import GenerationRequest, LoglikelihoodRequest, LoglikelihoodResult
 
-DEFAULT_MAX_LENGTH = 2048
-TOKENIZER_INFINITY = 1000000000000000019884624838656
 CPU_TOKEN_BUDGET = 8192
 CPU_GENERATION_BATCH = 32
 MAX_GENERATION_BATCH = 256
@@ -50,16 +59,17 @@ class HFBackend:
         self.options = options
         self.torch = torch
         self.device = _pick_device(options.device)
-        self.tokenizer = _load_tokenizer(checkpoint, options)
+        self.tokenizer = load_tokenizer(checkpoint, options.trust_remote_code)
+        self.encoder = PairEncoder(self.tokenizer)
         self.model = _load_model(checkpoint, options, self.device)
         self.dtype = next(self.model.parameters()).dtype
-        self.max_length = options.max_length or _resolve_max_length(
+        self.max_length = options.max_length or resolve_max_length(
             self.model.config, self.tokenizer
         )
-        self._keeps_logits = "logits_to_keep" in inspect.signature(self.model.forward).parameters
+        # A PeftModel's forward passes extra arguments through to its base model's.
+        inner = self.model.get_base_model() if checkpoint.is_adapter else self.model
+        self._keeps_logits = "logits_to_keep" in inspect.signature(inner.forward).parameters
         self._token_budget = self._initial_token_budget()
-        self._bos_string = self.tokenizer.decode(self._prefix_token_id())
-        self._context_cache: dict[str, list[int]] = {}
 
     # -- identity -----------------------------------------------------------------
 
@@ -79,48 +89,21 @@ class HFBackend:
         info["token_budget"] = self._token_budget
         info["model_class"] = type(self.model).__name__
         info["num_parameters"] = sum(p.numel() for p in self.model.parameters())
+        if self.checkpoint.is_adapter:
+            info["adapter"] = "peft, not merged"
         return info
 
     def close(self) -> None:
         del self.model
-        self._context_cache.clear()
+        self.encoder.clear()
         if self.device.type == "cuda":
             self.torch.cuda.empty_cache()
 
-    # -- tokenization, as lm-eval does it --------------------------------------------
-
-    def _prefix_token_id(self) -> int:
-        tok = self.tokenizer
-        if tok.bos_token_id is not None:
-            return int(tok.bos_token_id)
-        return int(tok.eos_token_id)
-
-    def _encode(self, text: str) -> list[int]:
-        # lm-eval keeps the tokenizer's own special-token default, except that a
-        # string already starting with the BOS text gets no second BOS.
-        if self._bos_string and text.startswith(self._bos_string):
-            return list(self.tokenizer.encode(text, add_special_tokens=False))
-        return list(self.tokenizer.encode(text))
-
-    def _encode_context(self, context: str) -> list[int]:
-        cached = self._context_cache.get(context)
-        if cached is None:
-            if len(self._context_cache) > 4096:
-                self._context_cache.clear()
-            cached = self._context_cache[context] = self._encode(context)
-        return cached
+    # -- tokenization, as lm-eval does it (models/_tokens.py) -------------------------
 
     def encode_pair(self, context: str, continuation: str) -> tuple[list[int], list[int]]:
         """lm-eval's ``_encode_pair`` (plus its empty-context rule)."""
-        if not context:
-            return [self._prefix_token_id()], self._encode(continuation)
-        n_spaces = len(context) - len(context.rstrip())
-        if n_spaces:
-            continuation = context[-n_spaces:] + continuation
-            context = context[:-n_spaces]
-        whole = self._encode(context + continuation)
-        context_tokens = self._encode_context(context)
-        return context_tokens, whole[len(context_tokens) :]
+        return self.encoder.encode_pair(context, continuation)
 
     # -- log-likelihood ---------------------------------------------------------------
 
@@ -367,7 +350,7 @@ class HFBackend:
         for index, request in enumerate(requests):
             key = (request.until, request.max_gen_toks, request.do_sample, request.temperature)
             groups.setdefault(key, []).append(index)
-        eos = self.tokenizer.decode([self.tokenizer.eos_token_id], skip_special_tokens=False)
+        eos = self.encoder.eos_string()
         for (until, max_gen_toks, sample, temperature), indices in groups.items():
             stops = list(until) + ([eos] if eos and eos not in until else [])
             max_context = self.max_length - max_gen_toks
@@ -375,7 +358,7 @@ class HFBackend:
                 raise BackendError(
                     f"max_gen_toks {max_gen_toks} leaves no room in max length {self.max_length}"
                 )
-            encoded = {i: self._encode(requests[i].context)[-max_context:] for i in indices}
+            encoded = {i: self.encoder.encode(requests[i].context)[-max_context:] for i in indices}
             order = sorted(indices, key=lambda i: (-len(encoded[i]), requests[i].context))
             size = self.options.batch_size or self._generation_batch_size()
             for start in range(0, len(order), size):
@@ -470,14 +453,8 @@ class HFBackend:
             raise BackendError(
                 f"out of memory generating a batch of {rows}; try a smaller --batch-size"
             ) from exc
-        texts = []
-        for tokens in generated:
-            text = self.tokenizer.decode(tokens, skip_special_tokens=True)
-            for stop in stops:
-                if stop:
-                    text = text.split(stop)[0]
-            texts.append(text)
-        return texts
+        decode = self.tokenizer.decode
+        return [cut_at_stops(decode(t, skip_special_tokens=True), stops) for t in generated]
 
     def _prefill(self, contexts: list[list[int]], longest: int, max_new: int) -> Any:
         """Run each prompt alone, then lay the caches out as one left-padded batch.
@@ -601,11 +578,7 @@ class _OutOfMemory(Exception):
 
 
 def _seed(request: GenerationRequest) -> int:
-    """A sampling seed fixed by the prompt and the sample's index, whatever the batch."""
-    import hashlib
-
-    digest = hashlib.sha256(f"{request.sample_index}\0{request.context}".encode()).digest()
-    return int.from_bytes(digest[:8], "little") & (2**63 - 1)
+    return sampling_seed(request.sample_index, request.context)
 
 
 def _common_prefix(a: tuple[int, ...], b: tuple[int, ...], limit: int) -> int:
@@ -660,31 +633,6 @@ def _torch_dtype(name: str, config_dtype: Any) -> Any:
     return getattr(torch, DTYPES[name])
 
 
-def _load_tokenizer(checkpoint: ResolvedCheckpoint, options: BackendOptions) -> Any:
-    from transformers import AutoTokenizer
-
-    try:
-        tokenizer = AutoTokenizer.from_pretrained(
-            checkpoint.load_path,
-            revision=checkpoint.load_revision,
-            trust_remote_code=options.trust_remote_code,
-            use_fast=True,
-        )
-    except Exception as exc:
-        raise CheckpointError(
-            f"checkpoint {checkpoint.reference!r}: cannot load its tokenizer ({_first_line(exc)})"
-        ) from exc
-    if tokenizer.pad_token is None:
-        # As lm-eval: fall back to unk, then eos, so batches can be padded.
-        if tokenizer.unk_token is not None:
-            tokenizer.pad_token_id = tokenizer.unk_token_id
-        elif tokenizer.eos_token is not None:
-            tokenizer.pad_token_id = tokenizer.eos_token_id
-    if tokenizer.eos_token_id is None:
-        raise CheckpointError(f"checkpoint {checkpoint.reference!r}: tokenizer has no EOS token")
-    return tokenizer
-
-
 def _load_model(checkpoint: ResolvedCheckpoint, options: BackendOptions, device: Any) -> Any:
     from transformers import AutoConfig, AutoModelForCausalLM
 
@@ -707,36 +655,37 @@ def _load_model(checkpoint: ResolvedCheckpoint, options: BackendOptions, device:
     except MemoryError as exc:
         raise BackendError(f"{where}: out of memory while loading the weights") from exc
     except Exception as exc:
-        message = _first_line(exc)
+        message = first_line(exc)
         if "trust_remote_code" in message:
             message = "it needs custom code: pass --trust-remote-code if you trust it"
         raise CheckpointError(f"{where}: cannot load the model ({message})") from exc
+    if checkpoint.is_adapter:
+        model = _attach_adapter(checkpoint, model)
     model.eval()
     try:
         model.to(device)
     except RuntimeError as exc:
         raise BackendError(
-            f"{where}: cannot move the model to {device} ({_first_line(exc)})"
+            f"{where}: cannot move the model to {device} ({first_line(exc)})"
         ) from exc
     return model
 
 
-def _resolve_max_length(config: Any, tokenizer: Any) -> int:
-    """lm-eval's ``resolve_max_length``: config first, then the tokenizer, then 2048."""
-    config = getattr(config, "text_config", None) or config
-    for attr in ("n_positions", "max_position_embeddings", "n_ctx"):
-        value = getattr(config, attr, None)
-        if value is not None:
-            return int(value)
-    model_max = getattr(tokenizer, "model_max_length", None)
-    if model_max is not None and model_max != TOKENIZER_INFINITY:
-        return int(model_max)
-    return DEFAULT_MAX_LENGTH
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__
+def _attach_adapter(checkpoint: ResolvedCheckpoint, model: Any) -> Any:
+    """Wrap the base model with the checkpoint's PEFT adapter, unmerged."""
+    where = f"checkpoint {checkpoint.reference!r}"
+    try:
+        from peft import PeftModel
+    except ImportError as exc:
+        raise BackendError(
+            f"{where} is a PEFT adapter: install peft (pip install 'evalsweep[peft]')"
+        ) from exc
+    try:
+        return PeftModel.from_pretrained(
+            model, checkpoint.location, revision=checkpoint.adapter_revision, is_trainable=False
+        )
+    except Exception as exc:
+        raise CheckpointError(f"{where}: cannot load the adapter ({first_line(exc)})") from exc
 
 
 __all__ = ["HFBackend"]

