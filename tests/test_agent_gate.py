@@ -423,6 +423,26 @@ async def test_lifecycle_actions_need_an_approved_quote_for_that_action(
     assert len(audit_texts(store_path, "lifecycle")) == 2
 
 
+@pytest.mark.anyio
+async def test_configured_cloud_target_offers_compute_lifecycle_at_its_catalog_price(
+    agent_env: Path, store_path: Path
+) -> None:
+    from evalsweep.compute import quote
+
+    config = {"targets": {"cloud": {"kind": "skypilot", "gpu": "H100", "cluster": "c1"}}}
+    server = build_server(store_path, config=config)
+    async with Client(server) as client:
+        targets = result(await client.call_tool("list_targets", {}))["targets"]
+        ask = {"target": "cloud", "action": "terminate"}
+        priced = result(await client.call_tool("quote_action", ask))
+    rows = {t["name"]: t for t in targets}
+    offer = quote("H100", 1)
+    assert rows["cloud"]["lifecycle"] and rows["cloud"]["kind"] == "skypilot"
+    assert rows["cloud"]["hourly_rate"] == offer.hourly_price > 0
+    assert priced["needs_approval"] and priced["hourly_rate"] == offer.hourly_price
+    assert "destroyed" in priced["summary"]
+
+
 @pytest.fixture
 def anyio_backend() -> str:
     return "asyncio"
