@@ -24,8 +24,16 @@ import pytest
 from mcp import Client
 from mcp.types import ElicitResult
 
-from evalsweep.agent import AgentSettings, AuditedRunner, LifecycleTarget, build_server
-from evalsweep.compute import TargetInfo
+from evalsweep.agent import AgentSettings, build_server
+from evalsweep.compute import (
+    CommandRunner,
+    LifecycleTarget,
+    LocalTarget,
+    SweepJob,
+    TargetInfo,
+    TargetRun,
+)
+from evalsweep.engine import Progress
 from evalsweep.store import Store
 
 TASK = "mmlu_abstract_algebra"
@@ -328,32 +336,42 @@ async def test_no_tool_can_raise_a_limit_or_write_the_config(
 
 
 class RentedBox:
-    """A real lifecycle target: each action runs a real local command through the runner."""
+    """A real lifecycle target: each action runs a real local command through its runner."""
 
     name = "box"
 
     def __init__(self) -> None:
+        self.store: Store | None = None
         self.actions: list[str] = []
+        self.stores: list[Store] = []
 
     def info(self) -> TargetInfo:
         return TargetInfo("box", "test-box", "1 x test GPU", hourly_rate=7.2, lifecycle=True)
 
-    def _act(self, runner: AuditedRunner, action: str) -> str:
-        done = runner.run([sys.executable, "-c", f"print('box {action} ok')"])
+    def run(self, job: SweepJob, store: Store, progress: Progress) -> TargetRun:
+        return LocalTarget().run(job, store, progress)
+
+    def _act(self, action: str) -> None:
+        assert self.store is not None, "the server gives the target its store"
+        done = CommandRunner(self.store, self.name).run(
+            [sys.executable, "-c", f"print('box {action} ok')"]
+        )
+        assert done.stdout == f"box {action} ok\n".encode()
         self.actions.append(action)
-        return f"{done.output.strip()} (exit {done.exit_code})"
+        self.stores.append(self.store)
 
-    def deploy(self, runner: AuditedRunner) -> str:
-        return self._act(runner, "deploy")
+    def deploy(self, *, dryrun: bool = False) -> dict[str, Any]:
+        self._act("deploy")
+        return {"machine": "box-1", "dryrun": dryrun}
 
-    def stop(self, runner: AuditedRunner) -> str:
-        return self._act(runner, "stop")
+    def stop(self) -> None:
+        self._act("stop")
 
-    def start(self, runner: AuditedRunner) -> str:
-        return self._act(runner, "start")
+    def start(self) -> None:
+        self._act("start")
 
-    def terminate(self, runner: AuditedRunner) -> str:
-        return self._act(runner, "terminate")
+    def terminate(self) -> None:
+        self._act("terminate")
 
 
 @pytest.mark.anyio
@@ -381,7 +399,8 @@ async def test_lifecycle_actions_need_an_approved_quote_for_that_action(
         text = error_text(await client.call_tool("terminate", {"quote_id": quote["quote_id"]}))
         assert "does not cover these parameters" in text and box.actions == []
         done = result(await client.call_tool("deploy", {"quote_id": quote["quote_id"]}))
-        assert done["result"] == "box deploy ok (exit 0)" and box.actions == ["deploy"]
+        assert done["result"] == "deployed box (1 x test GPU), machine box-1"
+        assert box.actions == ["deploy"]
         again = error_text(await client.call_tool("deploy", {"quote_id": quote["quote_id"]}))
         assert "already used" in again
         running = result(await client.call_tool("spend", {}))["running_usd_per_hour"]
@@ -389,15 +408,39 @@ async def test_lifecycle_actions_need_an_approved_quote_for_that_action(
         box_stop = {"target": "box", "action": "stop"}
         stop_quote = result(await client.call_tool("quote_action", box_stop))
         assert approve_in_terminal(store_path, stop_quote["quote_id"])[0] == 0
-        result(await client.call_tool("stop", {"quote_id": stop_quote["quote_id"]}))
+        stopped = result(await client.call_tool("stop", {"quote_id": stop_quote["quote_id"]}))
+        assert stopped["result"] == "stopped box"
         assert result(await client.call_tool("spend", {}))["running_usd_per_hour"] == 0
     assert box.actions == ["deploy", "stop"]
+    # Each action ran on a store connection of its own thread, given back afterwards.
+    assert all(s.path == store_path.resolve() for s in box.stores) and box.store is not None
+    assert box.store not in box.stores
     with Store(store_path) as store:
         commands = store.audit_entries(kind="command", target="box")
     assert [c["exit_code"] for c in commands] == [0, 0]
     assert commands[0]["text"] == shlex.join([sys.executable, "-c", "print('box deploy ok')"])
     assert commands[0]["output_bytes"] == len(b"box deploy ok\n")
     assert len(audit_texts(store_path, "lifecycle")) == 2
+
+
+@pytest.mark.anyio
+async def test_configured_cloud_target_offers_compute_lifecycle_at_its_catalog_price(
+    agent_env: Path, store_path: Path
+) -> None:
+    from evalsweep.compute import quote
+
+    config = {"targets": {"cloud": {"kind": "skypilot", "gpu": "H100", "cluster": "c1"}}}
+    server = build_server(store_path, config=config)
+    async with Client(server) as client:
+        targets = result(await client.call_tool("list_targets", {}))["targets"]
+        ask = {"target": "cloud", "action": "terminate"}
+        priced = result(await client.call_tool("quote_action", ask))
+    rows = {t["name"]: t for t in targets}
+    offer = quote("H100", 1)
+    assert rows["cloud"]["lifecycle"] and rows["cloud"]["kind"] == "skypilot"
+    assert rows["cloud"]["hourly_rate"] == offer.hourly_price > 0
+    assert priced["needs_approval"] and priced["hourly_rate"] == offer.hourly_price
+    assert "destroyed" in priced["summary"]
 
 
 @pytest.fixture

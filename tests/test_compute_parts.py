@@ -35,6 +35,32 @@ def test_runner_records_exact_text_exit_code_and_output_size(store_path: Path) -
     assert entry["ended"] >= entry["started"]
 
 
+def test_runner_passes_env_and_keeps_secret_values_out_of_the_log_and_output(
+    store_path: Path, tmp_path: Path
+) -> None:
+    from evalsweep.agent import SecretBox
+
+    box = SecretBox(tmp_path / "secrets")
+    box.set("HUB_TOKEN", "hf_s3cr3t_value")
+    script = "import os, sys; print(os.environ['HUB_TOKEN']); print(sys.argv[1], file=sys.stderr)"
+    argv = [sys.executable, "-c", script, "hf_s3cr3t_value"]
+    seen: list[str] = []
+    with Store(store_path) as store:
+        runner = CommandRunner(store, "box", redact=box.redact)
+        ran = runner.run(argv, env={**box.environment(), "PATH": "/usr/bin"}, on_line=seen.append)
+        plain = runner.run([sys.executable, "-c", "print('no secret here')"])
+        entries = store.audit_entries()
+    assert ran.exit_code == 0 and ran.stdout == b"[secret HUB_TOKEN]\n"
+    assert ran.stderr == b"[secret HUB_TOKEN]\n" and seen == ["[secret HUB_TOKEN]"]
+    audited = shlex.join(argv).replace("hf_s3cr3t_value", "[secret HUB_TOKEN]")
+    assert entries[0]["text"] == audited == ran.text
+    assert entries[0]["output_bytes"] == ran.output_bytes == 2 * len(b"hf_s3cr3t_value\n")
+    assert "hf_s3cr3t_value" not in json.dumps(entries)
+    # A command holding no secret is recorded exactly.
+    assert entries[1]["text"] == shlex.join([sys.executable, "-c", "print('no secret here')"])
+    assert plain.stdout == b"no secret here\n"
+
+
 def test_runner_kills_a_command_at_its_time_limit(store_path: Path) -> None:
     with Store(store_path) as store:
         ran = CommandRunner(store, "box").run(

@@ -1,6 +1,7 @@
 """Background sweeps: started detached, tracked in the store, stopped on limits.
 
-A job is ``python -m evalsweep run ... --store STORE --out DIR`` under the
+A job is ``python -m evalsweep run ... --store STORE --out DIR --target NAME`` (the
+quote's target: this machine, or an ssh host, cloud GPU or Ray cluster) under the
 supervisor (``_supervise``), in its own process group. Its quote, parameters,
 pid, status, times and spend live in the store, so after a server restart
 ``status`` reads the row, checks that the pid is still the same process, and
@@ -132,6 +133,8 @@ class Jobs:
         command = [sys.executable, "-m", "evalsweep", "run", *params["checkpoints"]]
         command += ["--tasks", ",".join(params["tasks"]), "--store", str(store_path)]
         command += ["--out", str(out_dir), "--device", params["device"]]
+        # Always named: an inherited EVALSWEEP_TARGET must not move the job elsewhere.
+        command += ["--target", quote.target]
         if params.get("limit") is not None:
             command += ["--limit", str(params["limit"])]
         if params.get("num_fewshot") is not None:

@@ -12,6 +12,7 @@ import functools
 import inspect
 import json
 import os
+import threading
 import time
 import uuid
 from collections.abc import Awaitable, Callable
@@ -32,12 +33,11 @@ from pydantic import BaseModel, Field
 
 from evalsweep.agent._approvals import approve_quote, decline_quote, describe_quote, iso, refuse
 from evalsweep.agent._jobs import Jobs
-from evalsweep.agent._lifecycle import AuditedRunner, LifecycleTarget
 from evalsweep.agent._models import QuoteOut, TaskWork
 from evalsweep.agent._quotes import GateError, Quote, load_quote
 from evalsweep.agent._secrets import SecretBox
 from evalsweep.agent._settings import AgentSettings
-from evalsweep.compute import Target, load_targets
+from evalsweep.compute import LifecycleTarget, Target, load_targets
 from evalsweep.config import load_config
 from evalsweep.errors import EvalsweepError, TargetError
 from evalsweep.store import Store
@@ -71,8 +71,12 @@ class AgentState:
         self.store = Store(self.store_path)
         self.settings = AgentSettings.from_config(config)
         self.secrets = SecretBox()
-        self.targets = dict(load_targets(config))
+        self.targets = dict(load_targets(config, store=self.store))
         self.targets.update(targets or {})
+        for target in self.targets.values():  # targets given ready-made audit here too
+            if isinstance(target, LifecycleTarget) and target.store is None:
+                target.store = self.store
+        self.lifecycle_locks = {name: threading.Lock() for name in self.targets}
         self.data_dir = data_dir or os.environ.get("EVALSWEEP_DATA_DIR") or None
         self.server_id = "s-" + uuid.uuid4().hex[:8]
         self.jobs = Jobs(
@@ -121,12 +125,33 @@ class AgentState:
             )
         return type(result).model_validate(data)
 
+    def lifecycle_target(self, name: str) -> LifecycleTarget:
+        target = self.target(name)
+        if not isinstance(target, LifecycleTarget):
+            raise TargetError(f"target {name!r} has no lifecycle (deploy/stop/start/terminate)")
+        return target
+
+    def run_lifecycle(self, name: str, action: str) -> str:
+        """Do ``action`` on the target, in this thread; returns what happened in one line.
+
+        The target's commands go through its own audited runner, on a store
+        connection opened in this thread (the server's stays in the event loop's).
+        One action at a time per target.
+        """
+        target = self.lifecycle_target(name)
+        with self.lifecycle_locks[name], Store(self.store_path) as own:
+            previous = target.store
+            target.store = own
+            try:
+                outcome = getattr(target, action)()
+            finally:
+                target.store = previous
+        return self.secrets.redact(describe_action(name, action, target, outcome))
+
     def stop_machine(self, name: str, reason: str) -> None:
-        target = self.targets.get(name)
-        if isinstance(target, LifecycleTarget):
-            runner = AuditedRunner(self.store, name, self.secrets.redact)
+        if isinstance(self.targets.get(name), LifecycleTarget):
             self.store.audit_event("stop", f"watchdog stops {name}: {reason}", target=name)
-            target.stop(runner)
+            self.run_lifecycle(name, "stop")
 
     async def watchdog(self) -> None:
         while True:
@@ -209,6 +234,25 @@ class AgentState:
                 f"{where} needs the person's approval: ask them to run 'evalsweep approve "
                 f"{quote.quote_id}' in their terminal, then call {used_by} again",
             )
+
+
+def describe_action(name: str, action: str, target: LifecycleTarget, outcome: Any) -> str:
+    """One line for a lifecycle action's result (``deploy`` returns what was launched)."""
+    done = {"deploy": "deployed", "stop": "stopped", "start": "started"}
+    line = f"{done.get(action, 'terminated')} {name}"
+    if action != "deploy" or not isinstance(outcome, dict):
+        return line
+    line += f" ({target.info().hardware})"
+    price = outcome.get("provisioned_hourly_price")
+    if isinstance(price, int | float):
+        line += f", provisioned at {price:.2f}/h"
+    facts = ", ".join(
+        f"{key} {value}"
+        for key, value in outcome.items()
+        if key not in ("provisioned_hourly_price", "dryrun")
+        and isinstance(value, str | int | float)
+    )
+    return f"{line}, {facts}" if facts else line
 
 
 def guarded(state: AgentState, fn: Callable[..., Awaitable[T]]) -> Callable[..., Awaitable[T]]:

@@ -1,9 +1,11 @@
 """The MCP tools for targets with a lifecycle: quote, deploy, stop, start, terminate.
 
-Each action needs its own approved quote (a deploy quote does not terminate),
-runs the target's commands through the audited runner in a worker thread, and
-opens or closes the target's item in the spend ledger. (Annotations are
-evaluated at definition time on purpose; see ``_state``.)
+The targets are the compute package's (``evalsweep.compute.LifecycleTarget``,
+loaded with the server's store). Each action needs its own approved quote (a
+deploy quote does not terminate), calls the target's ``deploy``, ``stop``,
+``start`` or ``terminate`` in a worker thread, whose commands go through the
+target's audited runner, and opens or closes the target's item in the spend
+ledger. (Annotations are evaluated at definition time on purpose; see ``_state``.)
 """
 
 import functools
@@ -15,12 +17,12 @@ from mcp.server.mcpserver import Context
 
 from evalsweep.agent import _ledger as ledger
 from evalsweep.agent._approvals import check_gate, refuse
-from evalsweep.agent._lifecycle import ACTIONS, AuditedRunner, LifecycleTarget
 from evalsweep.agent._models import ActionDone, QuoteOut
 from evalsweep.agent._quotes import GateError, create_quote, params_hash
 from evalsweep.agent._state import SPEND, WRITE, AgentState, ToolRegistrar
 from evalsweep.errors import TargetError
-from evalsweep.store import Store
+
+ACTIONS = ("deploy", "stop", "start", "terminate")
 
 
 def register_lifecycle_tools(state: AgentState, tool: ToolRegistrar, consent_type: Any) -> None:
@@ -29,9 +31,7 @@ def register_lifecycle_tools(state: AgentState, tool: ToolRegistrar, consent_typ
     @tool(WRITE)  # records a quote; changes no machine
     async def quote_action(target: str, action: str) -> QuoteOut:
         """Price preview of deploy, stop, start or terminate on a target that has a lifecycle."""
-        chosen = state.target(target)
-        if not isinstance(chosen, LifecycleTarget):
-            raise TargetError(f"target {target!r} has no lifecycle (deploy/stop/start/terminate)")
+        chosen = state.lifecycle_target(target)
         if action not in ACTIONS:
             raise TargetError(f"action {action!r}: use one of {', '.join(ACTIONS)}")
         info = chosen.info()
@@ -66,9 +66,12 @@ def register_lifecycle_tools(state: AgentState, tool: ToolRegistrar, consent_typ
         state.apply_consent(quote_id, consent)
         quote = state.load_or_refuse(quote_id)
         state.pre_gate(quote, "lifecycle", action)
-        chosen = state.target(quote.target)
-        if not isinstance(chosen, LifecycleTarget):
-            raise refuse(store, quote_id, quote.target, f"{action}: target has no lifecycle")
+        try:
+            state.lifecycle_target(quote.target)
+        except TargetError:
+            raise refuse(
+                store, quote_id, quote.target, f"{action}: target has no lifecycle"
+            ) from None
         connection = state.connection(ctx)
         if action in ("deploy", "start"):
             try:
@@ -79,7 +82,7 @@ def register_lifecycle_tools(state: AgentState, tool: ToolRegistrar, consent_typ
         check_gate(store, quote_id, kind="lifecycle", current_hash=params_hash(wanted),
                    used_by=action)  # fmt: skip
         outcome = await anyio.to_thread.run_sync(
-            functools.partial(run_action, chosen, action, quote.target)
+            functools.partial(state.run_lifecycle, quote.target, action)
         )
         store.audit_event(
             "lifecycle",
@@ -101,12 +104,6 @@ def register_lifecycle_tools(state: AgentState, tool: ToolRegistrar, consent_typ
                 if item[1] == "machine" and item[3] == quote.target:
                     ledger.close_item(store, item[0])
         return ActionDone(target=quote.target, action=action, quote_id=quote_id, result=outcome)
-
-    def run_action(target: LifecycleTarget, action: str, name: str) -> str:
-        """In a worker thread, with its own store connection, so the server keeps serving."""
-        with Store(state.store_path) as own:
-            runner = AuditedRunner(own, name, state.secrets.redact)
-            return str(getattr(target, action)(runner))
 
     @tool(SPEND)
     async def deploy(quote_id: str, consent: consent_type, ctx: Context) -> ActionDone:

@@ -18,7 +18,6 @@ from mcp.server.mcpserver import Context
 from evalsweep.agent import _ledger as ledger
 from evalsweep.agent._approvals import check_gate, refuse
 from evalsweep.agent._estimate import estimated_seconds, plan_work, remaining_work, throughput
-from evalsweep.agent._lifecycle import LifecycleTarget
 from evalsweep.agent._models import (
     Cancelled,
     JobList,
@@ -37,6 +36,7 @@ from evalsweep.agent._models import (
 from evalsweep.agent._quotes import GateError, create_quote, params_hash
 from evalsweep.agent._state import READ, SPEND, WRITE, AgentState, ToolRegistrar
 from evalsweep.agent._views import headline, table_text
+from evalsweep.compute import LifecycleTarget
 from evalsweep.errors import EvalsweepError, TargetError
 
 #: Room left in a capped result for the JSON around a log page.
@@ -218,13 +218,6 @@ def register_sweep_tools(state: AgentState, tool: ToolRegistrar, consent_type: A
                     f"({quote.params.get(key)!r}); quote again for new parameters",
                 )
         state.pre_gate(quote, "sweep", "start_sweep")
-        if state.target(quote.target).info().kind != "local":
-            raise refuse(
-                store,
-                quote_id,
-                quote.target,
-                f"start_sweep: target {quote.target} cannot run sweeps from this server yet",
-            )
         q = quote.params
         try:  # planned again: the checkpoints and prompts must be what was quoted
             now_params, work = await sweep_params(

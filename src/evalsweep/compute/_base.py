@@ -90,7 +90,16 @@ class Target(Protocol):
 
 @runtime_checkable
 class LifecycleTarget(Target, Protocol):
-    """A target that is provisioned for the work and costs money while it exists."""
+    """A target that is provisioned for the work and costs money while it exists.
+
+    It owns its runner: every lifecycle command goes through a
+    :class:`~evalsweep.compute.CommandRunner` built on ``store``, the results
+    store it was given (``load_targets(config, store=...)``), so each one lands
+    in that store's audit log. A caller in another thread gives it that
+    thread's own store before calling (SQLite connections stay in their thread).
+    """
+
+    store: Store | None
 
     def deploy(self, *, dryrun: bool = False) -> dict[str, Any]:
         """Provision the machine with the quoted resources; return what was launched."""

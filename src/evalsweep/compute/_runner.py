@@ -4,9 +4,10 @@ Every command evalsweep sends to a machine other than this one (an ssh
 command line, a SkyPilot launch, a Ray submission) goes through
 :class:`CommandRunner`. It writes the command's exact text to the store's
 audit log before it starts (so a crash still leaves it behind), and its exit
-code, output size and end time after. The MCP server reuses it, so a person
-can read everything done on their machines and cloud account in one place:
-``evalsweep audit``.
+code, output size and end time after. The MCP server reuses it (with the
+environment a command needs and a ``redact`` that hides secret values from
+the log and from what callers see), so a person can read everything done on
+their machines and cloud account in one place: ``evalsweep audit``.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import shlex
 import subprocess
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import IO, Any
@@ -28,7 +29,11 @@ TIMED_OUT = 124
 
 @dataclass(frozen=True)
 class CommandResult:
-    """What a finished command returned."""
+    """What a finished command returned (redacted when the runner redacts).
+
+    ``text`` is the command line as audited; ``stdout`` and ``stderr`` are the
+    captured output; ``output_bytes`` is the size of the output as produced.
+    """
 
     text: str
     exit_code: int
@@ -36,9 +41,12 @@ class CommandResult:
     stderr: bytes
     seconds: float
     audit_id: int
+    produced_bytes: int | None = None
 
     @property
     def output_bytes(self) -> int:
+        if self.produced_bytes is not None:
+            return self.produced_bytes
         return len(self.stdout) + len(self.stderr)
 
     def last_error_line(self) -> str:
@@ -63,11 +71,30 @@ class CommandRunner:
     Args:
         store: the results store whose audit log receives the entries.
         target: the target's name, recorded with each entry.
+        redact: replaces secret values in text (the MCP server's secrets). When
+            given, the audit log records the redacted command text (the exact
+            text whenever it holds no secret), and callers get redacted output.
     """
 
-    def __init__(self, store: Store, target: str) -> None:
+    def __init__(
+        self, store: Store, target: str, redact: Callable[[str], str] | None = None
+    ) -> None:
         self.store = store
         self.target = target
+        self.redact = redact
+
+    def _clean(self, text: str) -> str:
+        return self.redact(text) if self.redact is not None else text
+
+    def _clean_detail(self, detail: dict[str, Any] | None) -> dict[str, Any] | None:
+        if self.redact is None or detail is None:
+            return detail
+        return {key: _redacted(value, self.redact) for key, value in detail.items()}
+
+    def _clean_bytes(self, data: bytes) -> bytes:
+        if self.redact is None or not data:
+            return data
+        return self.redact(data.decode(errors="replace")).encode()
 
     def run(
         self,
@@ -77,6 +104,7 @@ class CommandRunner:
         timeout: float | None = None,
         on_line: Callable[[str], None] | None = None,
         detail: dict[str, Any] | None = None,
+        env: Mapping[str, str] | None = None,
     ) -> CommandResult:
         """Run ``argv``, capturing stdout; stderr lines are also passed to ``on_line`` live.
 
@@ -86,12 +114,15 @@ class CommandRunner:
             timeout: seconds before the command is killed (exit code 124).
             on_line: called with each stderr line as it arrives (progress, logs).
             detail: extra facts recorded with the audit entry.
+            env: the command's whole environment (default: this process's).
 
         Returns:
             The exit code, both outputs and the audit entry's id.
         """
-        text = shlex.join(argv)
-        entry = self.store.audit_begin(kind, text, target=self.target, detail=detail)
+        text = self._clean(shlex.join(argv))
+        entry = self.store.audit_begin(
+            kind, text, target=self.target, detail=self._clean_detail(detail)
+        )
         began = time.monotonic()
         try:
             process = subprocess.Popen(
@@ -99,15 +130,17 @@ class CommandRunner:
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
+                env=dict(env) if env is not None else None,
             )
         except OSError as exc:
             self.store.audit_end(entry, 127, 0)
-            return CommandResult(text, 127, b"", str(exc).encode(), 0.0, entry)
+            return CommandResult(text, 127, b"", self._clean(str(exc)).encode(), 0.0, entry)
         out: list[bytes] = []
         err: list[bytes] = []
+        live = None if on_line is None else (lambda line: on_line(self._clean(line)))
         readers = [
             threading.Thread(target=_drain, args=(process.stdout, out, None), daemon=True),
-            threading.Thread(target=_drain, args=(process.stderr, err, on_line), daemon=True),
+            threading.Thread(target=_drain, args=(process.stderr, err, live), daemon=True),
         ]
         for reader in readers:
             reader.start()
@@ -127,12 +160,23 @@ class CommandRunner:
         for reader in readers:
             reader.join()
         stdout, stderr = b"".join(out), b"".join(err)
-        self.store.audit_end(entry, code, len(stdout) + len(stderr))
-        return CommandResult(text, code, stdout, stderr, time.monotonic() - began, entry)
+        produced = len(stdout) + len(stderr)
+        self.store.audit_end(entry, code, produced)
+        return CommandResult(
+            text,
+            code,
+            self._clean_bytes(stdout),
+            self._clean_bytes(stderr),
+            time.monotonic() - began,
+            entry,
+            produced,
+        )
 
     def begin(self, kind: str, text: str, detail: dict[str, Any] | None = None) -> int:
         """Record an asynchronous submission (a Ray task) now; :meth:`end` it when it returns."""
-        return self.store.audit_begin(kind, text, target=self.target, detail=detail)
+        return self.store.audit_begin(
+            kind, self._clean(text), target=self.target, detail=self._clean_detail(detail)
+        )
 
     def end(self, entry: int, exit_code: int, output_bytes: int) -> None:
         self.store.audit_end(entry, exit_code, output_bytes)
@@ -145,7 +189,9 @@ class CommandRunner:
 
         The entry ends with exit code 0 when the block finishes, 1 when it raises.
         """
-        entry = self.store.audit_begin(kind, text, target=self.target, detail=detail)
+        entry = self.store.audit_begin(
+            kind, self._clean(text), target=self.target, detail=self._clean_detail(detail)
+        )
         call = AuditedCall(entry)
         try:
             yield call
@@ -153,6 +199,16 @@ class CommandRunner:
             self.store.audit_end(entry, 1, call.output_bytes)
             raise
         self.store.audit_end(entry, 0, call.output_bytes)
+
+
+def _redacted(value: Any, redact: Callable[[str], str]) -> Any:
+    if isinstance(value, str):
+        return redact(value)
+    if isinstance(value, dict):
+        return {key: _redacted(item, redact) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_redacted(item, redact) for item in value]
+    return value
 
 
 def _drain(
