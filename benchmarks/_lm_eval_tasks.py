@@ -546,9 +546,13 @@ def warm_datasets_cache(task_dir: Path) -> None:
     """
     import datasets
 
+    class TaskLoader(yaml.SafeLoader):
+        """Reads task files that name lm-eval functions (``!function utils.process_docs``)."""
+
+    TaskLoader.add_constructor("!function", lambda loader, node: loader.construct_scalar(node))
     datasets.disable_progress_bars()
     for path in sorted(task_dir.rglob("*.yaml")):
-        cfg = yaml.safe_load(path.read_text(encoding="utf-8"))
+        cfg = yaml.load(path.read_text(encoding="utf-8"), Loader=TaskLoader)  # noqa: S506
         if cfg.get("dataset_path") == "json":
             datasets.load_dataset("json", **cfg["dataset_kwargs"])
 
