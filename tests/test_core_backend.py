@@ -173,6 +173,24 @@ def test_multi_token_loglikelihoods_equal_unbatched_reference(checkpoint: Path) 
     assert all(r.logprob < 0 for r in results)
 
 
+def test_batch_tokenization_equals_request_by_request(
+    checkpoint: Path, mmlu_requests: list[LoglikelihoodRequest]
+) -> None:
+    backend = backend_for(checkpoint)
+    bos = backend.tokenizer.decode(backend.encoder.prefix_token_id)
+    pairs = [(r.context, r.continuation) for r in mmlu_requests] + [
+        ("The capital of France is ", "Paris"),
+        ("The capital of France is", " Paris"),
+        ("", "An empty context scores against the prefix token"),
+        (bos + "A context that starts with the BOS text", " and no second BOS"),
+        ("Trailing newlines\n\n", "move too"),
+    ]
+    batched = backend.encoder.encode_pairs(pairs)
+    one_by_one = [backend.encode_pair(context, continuation) for context, continuation in pairs]
+    assert batched == one_by_one
+    assert batched[-5] == batched[-4]  # the trailing space moved into the continuation
+
+
 def test_trailing_context_space_moves_into_continuation(checkpoint: Path) -> None:
     backend = backend_for(checkpoint)
     spaced, moved = backend.loglikelihood(

@@ -11,6 +11,7 @@ prefix token (BOS, else EOS).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from evalsweep.checkpoints import ResolvedCheckpoint
@@ -57,6 +58,43 @@ class PairEncoder:
         context_tokens = self.encode_context(context)
         return context_tokens, whole[len(context_tokens) :]
 
+    def encode_pairs(self, pairs: Sequence[tuple[str, str]]) -> list[tuple[list[int], list[int]]]:
+        """``encode_pair`` for many requests at once, equal to it request by request.
+
+        Every text goes to the tokenizer in one batch, which the fast tokenizers
+        split over all cores; request by request, tokenizing MMLU's prompts took
+        as long as a fifth of its forward passes on a small model.
+        """
+        split = [_move_trailing_spaces(context, continuation) for context, continuation in pairs]
+        contexts = list(dict.fromkeys(context for context, _ in split if context))
+        wholes = [context + continuation for context, continuation in split if context]
+        encoded = self.encode_many(contexts + wholes)
+        context_tokens = dict(zip(contexts, encoded[: len(contexts)], strict=True))
+        whole_tokens = iter(encoded[len(contexts) :])
+        out = []
+        for context, continuation in split:
+            if not context:
+                out.append(([self.prefix_token_id], self.encode(continuation)))
+                continue
+            head = context_tokens[context]
+            out.append((head, next(whole_tokens)[len(head) :]))
+        return out
+
+    def encode_many(self, texts: Sequence[str]) -> list[list[int]]:
+        """``encode`` for each text, in batches the tokenizer parallelises."""
+        with_bos = [bool(self._bos_string) and text.startswith(self._bos_string) for text in texts]
+        out: list[list[int]] = [[] for _ in texts]
+        for has_bos in (False, True):
+            chosen = [i for i, flag in enumerate(with_bos) if flag is has_bos]
+            if not chosen:
+                continue
+            ids = self.tokenizer(
+                [texts[i] for i in chosen], add_special_tokens=not has_bos, verbose=False
+            )["input_ids"]
+            for i, tokens in zip(chosen, ids, strict=True):
+                out[i] = list(tokens)
+        return out
+
     def clear(self) -> None:
         self._context_cache.clear()
 
@@ -64,6 +102,14 @@ class PairEncoder:
         """The EOS token as text: generation stops on it as on the request's own stops."""
         eos_id = self.tokenizer.eos_token_id
         return str(self.tokenizer.decode([eos_id], skip_special_tokens=False))
+
+
+def _move_trailing_spaces(context: str, continuation: str) -> tuple[str, str]:
+    """lm-eval moves a context's trailing whitespace to the front of the continuation."""
+    n_spaces = len(context) - len(context.rstrip())
+    if n_spaces:
+        return context[:-n_spaces], context[-n_spaces:] + continuation
+    return context, continuation
 
 
 def _prefix_token_id(tokenizer: Any) -> int:

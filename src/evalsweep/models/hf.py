@@ -115,8 +115,10 @@ class HFBackend:
         # pass: the input is context + continuation minus its last token, and each
         # request reads its own continuation's positions from the end of it.
         inputs: dict[tuple[int, ...], list[tuple[int, list[int]]]] = {}
-        for index, request in enumerate(requests):
-            context_tokens, continuation = self.encode_pair(request.context, request.continuation)
+        pairs = self.encoder.encode_pairs([(r.context, r.continuation) for r in requests])
+        for index, (request, (context_tokens, continuation)) in enumerate(
+            zip(requests, pairs, strict=True)
+        ):
             if not continuation:
                 raise BackendError(f"continuation {request.continuation!r} encodes to no tokens")
             whole = (context_tokens + continuation)[-(self.max_length + 1) :]
