@@ -49,6 +49,7 @@ from _lm_eval_tasks import (  # noqa: E402
     evalsweep_command,
     lm_eval_command,
     machine_and_versions,
+    read_evalsweep_output,
     read_lm_eval_output,
     run_measured,
     warm_datasets_cache,
@@ -215,6 +216,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
 
     table = render_table(tasks, limits, lm, es, floor)
+    table += "\n\n" + same_predictions(tasks, work, lm)
     print("\n" + table)
     if not args.no_results_md:
         append_results(table, args, limits)
@@ -255,6 +257,43 @@ def _report(label: str, measured: Measured) -> None:
         f"  peak RSS {measured.peak_rss_mib:7.0f} MiB"
         f"  rc={measured.returncode}  (load avg before {measured.load_before:.2f})"
     )
+
+
+def same_predictions(tasks: Sequence[str], work: Path, lm: dict[str, dict[str, Measured]]) -> str:
+    """Do the timed runs answer alike? Each lm-eval run against evalsweep's, question by question.
+
+    Speed must never change a prediction: this checks the very runs that were
+    timed, with every optimisation on (``parity_lm_eval.py`` does it in depth).
+    """
+    from parity_lm_eval import compare_gsm8k, compare_mmlu
+
+    lines = []
+    for task in tasks:
+        es_dir = work / f"evalsweep-{task}"
+        if not (es_dir / "samples.jsonl").is_file():
+            continue
+        es_rows, _ = read_evalsweep_output(es_dir)
+        for bs, measured in lm[task].items():
+            out = work / f"lm_eval-{task}-bs{bs}"
+            if measured.returncode or not out.exists():
+                continue
+            _, samples = read_lm_eval_output(out)
+            if task == "mmlu":
+                m = compare_mmlu(samples, es_rows)
+                lines.append(
+                    f"Same predictions, {task}, lm-eval batch {bs} vs evalsweep: predicted letter "
+                    f"{m.agree}/{m.compared} (exact ties left out: {m.ties}), max |delta "
+                    f"log-likelihood| {m.max_abs_ll_diff:.1e}, missing {len(m.missing)}."
+                )
+            else:
+                g = compare_gsm8k(samples, es_rows)
+                lines.append(
+                    f"Same predictions, {task}, lm-eval batch {bs} vs evalsweep: response text "
+                    f"{g.same_response}/{g.compared}, exact_match per filter "
+                    + ", ".join(f"{k} {v}/{g.compared}" for k, v in g.same_score.items())
+                    + f", missing {len(g.missing)}."
+                )
+    return "\n".join(lines)
 
 
 def render_table(
