@@ -24,7 +24,14 @@ def _data_dir() -> Path:
 
 
 HUMANEVAL = _data_dir() / "humaneval" / "HumanEval.jsonl.gz"
-SLOW = "    import time\n    time.sleep(0.3)\n"  # makes a run long enough to interrupt
+# Each sample sleeps once (on its first call): long enough to interrupt a run even on a busy
+# machine, and never near the timeout however often the test calls the function.
+SLOW = (
+    "    import sys, time\n"
+    "    if not getattr(sys, 'slept_once', False):\n"
+    "        sys.slept_once = True\n"
+    "        time.sleep(1.0)\n"
+)
 
 
 def _write_jsonl(path: Path, rows: list[dict[str, object]]) -> Path:
