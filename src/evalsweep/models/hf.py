@@ -513,7 +513,7 @@ def _reserved_cache(reserve: int) -> Any:
     class ReservedLayer(DynamicLayer):
         def update(self, key_states: Any, value_states: Any, cache_kwargs: Any = None) -> Any:
             if not self.is_initialized:
-                self.lazy_initialization(key_states)
+                _initialize(self, key_states, value_states)
                 self.filled = 0
                 self.key_room = _room(key_states, key_states.shape[-2] + reserve)
                 self.value_room = _room(value_states, value_states.shape[-2] + reserve)
@@ -538,7 +538,7 @@ def _reserved_cache(reserve: int) -> Any:
         def place(self, row: int, rows: int, longest: int, keys: Any, values: Any) -> None:
             """Put one prompt's keys and values right-aligned into row ``row``."""
             if not self.is_initialized:
-                self.lazy_initialization(keys)
+                _initialize(self, keys, values)
                 self.filled = longest
                 shape = (rows, keys.shape[1], longest + reserve, keys.shape[-1])
                 # Zeros, not empty: padded positions are masked, but a NaN there
@@ -563,6 +563,14 @@ def _reserved_cache(reserve: int) -> Any:
             self.layers[layer].place(row, rows, longest, keys, values)
 
     return ReservedCache()
+
+
+def _initialize(layer: Any, keys: Any, values: Any) -> None:
+    """``DynamicLayer.lazy_initialization``: transformers 5 also takes the values, 4.x not."""
+    try:
+        layer.lazy_initialization(keys, values)
+    except TypeError:
+        layer.lazy_initialization(keys)
 
 
 def _room(states: Any, length: int) -> Any:
