@@ -77,7 +77,16 @@ def _interrupt(
 ) -> None:
     """Start code-eval and stop it with ``stop`` once ``after`` verdicts are on disk."""
     command = [sys.executable, "-m", "evalsweep", "code-eval", *map(str, args)]
-    run = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    # A shell that runs the suite in the background hands its children SIGINT ignored, and
+    # Python then never raises KeyboardInterrupt: give the run the default disposition, as a
+    # terminal's Ctrl-C would find it.
+    run = subprocess.Popen(
+        command,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
     deadline = time.monotonic() + 120
     while _verdict_lines(partial) < after and run.poll() is None and time.monotonic() < deadline:
         time.sleep(0.02)
