@@ -50,10 +50,7 @@ class PairEncoder:
         """lm-eval's ``_encode_pair`` (plus its empty-context rule)."""
         if not context:
             return [self.prefix_token_id], self.encode(continuation)
-        n_spaces = len(context) - len(context.rstrip())
-        if n_spaces:
-            continuation = context[-n_spaces:] + continuation
-            context = context[:-n_spaces]
+        context, continuation = _move_trailing_spaces(context, continuation)
         whole = self.encode(context + continuation)
         context_tokens = self.encode_context(context)
         return context_tokens, whole[len(context_tokens) :]
