@@ -32,6 +32,8 @@ from evalsweep.store import Store
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "RESULTS.md"
 TASKS = ["mmlu_abstract_algebra", "mmlu_anatomy"]
+LAYERS = 4
+WIDTH = 256
 
 
 def _data_dir() -> Path:
@@ -48,8 +50,8 @@ def _checkpoints(folder: Path, data_dir: Path) -> list[str]:
             build_checkpoint(
                 folder / f"ckpt-{seed}",
                 tokenizer,
-                n_layer=4,
-                width=128,
+                n_layer=LAYERS,
+                width=WIDTH,
                 n_head=4,
                 max_positions=2048,
                 architecture="gpt2",
@@ -126,7 +128,7 @@ def main() -> None:
                 f"\n## Ray scaling: two-checkpoint sweep on one and two workers "
                 f"({datetime.now(UTC).date()})\n\n"
                 f"`python benchmarks/ray_scaling.py --limit {args.limit}`: 2 GPT-2 checkpoints "
-                f"(6 layers, width 256), {', '.join(TASKS)}, {len(rows_one)} rows per run.\n\n"
+                f"({LAYERS} layers, width {WIDTH}), {', '.join(TASKS)}, {len(rows_one)} rows per run.\n\n"
                 f"- machine: {platform.processor() or platform.machine()}, "
                 f"{os.cpu_count()} CPUs, load average {load}\n"
                 f"- ray: {metadata.version('ray')}, torch: {metadata.version('torch')}\n\n"

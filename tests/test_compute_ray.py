@@ -82,6 +82,8 @@ def test_sweep_split_over_two_workers_equals_local_run(
     assert document["compute"]["ray_tasks"] == 8 and len(submits) == 8
     assert all(e["exit_code"] == 0 and e["output_bytes"] > 0 for e in submits)
     assert {e["text"].split("(")[0] for e in submits} == {"ray task evaluate_shard"}
+    # Largest shards are submitted first: 256-token generations before one-token answers.
+    assert ["'gsm8k'" in e["text"] for e in submits] == [True] * 4 + [False] * 4
     # The same per-question scores and aggregates as the local run.
     for got, want in zip(result.results, expected.results, strict=True):
         assert got.checkpoint.identity == want.checkpoint.identity and got.task == want.task

@@ -85,12 +85,16 @@ class RayTarget:
         meter = SpendMeter(self.hourly_rate, self.minimum_seconds, self.currency)
         meter.start()
         setup = self._connect(runner)
-        pieces: list[tuple[str, str, list[str]]] = []
+        sized: list[tuple[int, str, str, list[str]]] = []
         for checkpoint in checkpoints:
             for run in task_runs.values():
                 missing = _missing(store, checkpoint.identity, backend_key, run)
                 for shard in _split(missing, self.shards):
-                    pieces.append((checkpoint.reference, run.task.name, shard))
+                    sized.append((_work(run, shard), checkpoint.reference, run.task.name, shard))
+        # Largest first: Ray starts tasks in the order they are submitted, and a big
+        # task started last would leave the other workers idle while it finishes.
+        sized.sort(key=lambda item: -item[0])
+        pieces = [(reference, task_name, shard) for _, reference, task_name, shard in sized]
         evaluate = ray.remote(_evaluate_shard).options(
             num_gpus=self.num_gpus, num_cpus=self.num_cpus, max_retries=0
         )
@@ -196,6 +200,24 @@ def _missing(store: Store, identity: str, backend_key: str, run: Any) -> list[st
         for p in run.prepared
         if p.document.key not in stored or stored[p.document.key].request_hash != _request_hash(p)
     ]
+
+
+def _work(run: Any, keys: list[str]) -> int:
+    """A rough size of a shard's model work: characters of its distinct prompts.
+
+    Generation budgets count as four characters per token. Only the order of
+    shards depends on it, never a result.
+    """
+    wanted = set(keys)
+    prompts: set[str] = set()
+    generated = 0
+    for prepared in run.prepared:
+        if prepared.document.key not in wanted:
+            continue
+        for request in prepared.requests:
+            prompts.add(request.context + getattr(request, "continuation", ""))
+            generated += 4 * getattr(request, "max_gen_toks", 0)
+    return sum(len(prompt) for prompt in prompts) + generated
 
 
 def _split(keys: list[str], shards: int) -> list[list[str]]:
