@@ -11,6 +11,8 @@ What differs is speed, never the answer:
 - requests that share the same input tokens (MMLU's " A".." D") share one
   forward pass, whatever their continuation length;
 - batches are filled to a token budget, longest first, rather than a fixed count;
+  on a CPU, where a padded position costs as much as a real one, a batch also
+  ends before padding would pass a tenth of it;
 - logits are computed only at the positions that are scored.
 
 A PEFT adapter checkpoint loads its base model and attaches the adapter with
@@ -42,6 +44,7 @@ CPU_GENERATION_BATCH = 32
 MAX_GENERATION_BATCH = 256
 CPU_CACHE_BUDGET = 256 * 2**20
 MIN_PREFIX = 32  # shorter shared prefixes are not worth a separate forward pass
+CPU_MAX_PADDING = 0.1  # share of a CPU batch's positions that may be padding
 
 
 class HFBackend:
@@ -147,9 +150,10 @@ class HFBackend:
             else:
                 plain.extend(group)
         ordered = sorted(plain, key=lambda toks: (-len(toks), toks))
+        lengths = [len(toks) for toks in ordered]
         start = 0
         while start < len(ordered):
-            batch = ordered[start : start + self._batch_rows(len(ordered[start]))]
+            batch = ordered[start : start + self._rows(lengths, start, len(ordered))]
             try:
                 scored = self._score_batch(batch, widths)
             except _OutOfMemory:
@@ -223,11 +227,11 @@ class HFBackend:
         per_row_bytes = sum(k.numel() + v.numel() for k, v in layers) * layers[0][0].element_size()
         max_rows = max(1, int(self._cache_budget() // max(1, per_row_bytes)))
         ordered = sorted(group, key=lambda toks: (-len(toks), toks))
+        lengths = [len(toks) - prefix_length for toks in ordered]
         start = 0
         while start < len(ordered):
-            longest = len(ordered[start]) - prefix_length
-            rows = min(max_rows, self._batch_rows(longest))
-            batch = ordered[start : start + rows]
+            batch = ordered[start : start + self._rows(lengths, start, max_rows)]
+            longest = lengths[start]
             try:
                 scored = self._score_suffixes(batch, prefix_length, layers, widths)
             except _OutOfMemory:
@@ -279,6 +283,25 @@ class HFBackend:
             free, _total = self.torch.cuda.mem_get_info(self.device)
             return 0.25 * free
         return CPU_CACHE_BUDGET
+
+    def _rows(self, lengths: Sequence[int], start: int, limit: int) -> int:
+        """Rows of the next batch from ``lengths`` (longest first) at ``start``.
+
+        At most ``limit`` and what the token budget holds; on a CPU the batch also
+        stops before its padding passes ``CPU_MAX_PADDING`` of its positions, since
+        there a padded position costs as much compute as a real one (a GPU runs a
+        wide batch for little more than a narrow one, so it keeps the full batch).
+        """
+        longest = lengths[start]
+        rows = min(limit, self._batch_rows(longest), len(lengths) - start)
+        if self.device.type == "cuda" or self.options.batch_size:
+            return max(1, rows)
+        real = 0
+        for taken in range(rows):
+            real += lengths[start + taken]
+            if real < (1 - CPU_MAX_PADDING) * longest * (taken + 1):
+                return max(1, taken)
+        return max(1, rows)
 
     def _batch_rows(self, longest: int) -> int:
         """Rows in the next batch: ``--batch-size``, or as many as the token budget holds."""
