@@ -13,6 +13,7 @@ builtins, and the outcome is reported on a pipe the sample never holds.
 from __future__ import annotations
 
 import builtins
+import collections
 import contextlib
 import importlib
 import signal
@@ -158,6 +159,10 @@ class SampleChannel:
         self._reader = wire.FrameReader(fd, max_frame)
         self._remotes: dict[int, Remote] = {}
         self._announced: dict[str, Any] = {}  # lookups sent along with "ready"
+        # Calls sent ahead in one batch (see send_batch), as sent, not yet
+        # made by the test; and how many answers the sample may still send.
+        self._expected: collections.deque[bytes] = collections.deque()
+        self._unread = 0
 
     def _receive(self) -> dict[str, Any]:
         try:
@@ -191,7 +196,50 @@ class SampleChannel:
 
         return wire.encode(value, only_remotes)
 
+    def announced(self, name: str) -> bool:
+        return name in self._announced
+
+    def send_batch(self, calls: list[tuple[list[Any], tuple[Any, ...], dict[str, Any]]]) -> None:
+        """Send the calls the test is expected to make next, all in one message.
+
+        The sample makes them in order and answers each as it finishes,
+        stopping at the first that raises. :meth:`call` uses an answer only
+        for exactly the call that was sent (same target, same arguments on
+        the wire); any other request first collects the rest of the batch.
+        """
+        messages: list[bytes] = []
+        for target, args, kwargs in calls:
+            try:
+                messages.append(self._call_message(target, args, kwargs))
+            except (TypeError, ValueError):  # not plain data after all
+                break
+        if not messages:
+            return
+        wire.write_frame(self._fd, b'{"op":"batch","c":[' + b",".join(messages) + b"]}")
+        self._expected.extend(messages)
+        self._unread += len(messages)
+
+    def _drain(self) -> None:
+        """Give up the rest of the batch: read and drop the answers still coming."""
+        self._expected.clear()
+        while self._unread:
+            self._unread -= 1
+            if self._receive()["t"] != "ok":
+                self._unread = 0  # the sample stops a batch at the first exception
+
+    def _call_message(
+        self, target: list[Any], args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> bytes:
+        message = {
+            "op": "call",
+            "f": target,
+            "a": [self.encode(arg) for arg in args],
+            "k": {str(name): self.encode(arg) for name, arg in kwargs.items()},
+        }
+        return wire.dump_json(message)
+
     def request(self, message: dict[str, Any]) -> Any:
+        self._drain()
         wire.write_frame(self._fd, wire.dump_json(message))
         reply = self._receive()
         if reply["t"] == "ok":
@@ -201,14 +249,18 @@ class SampleChannel:
         raise wire.ProtocolError(f"unexpected reply {reply['t']!r}")
 
     def call(self, target: list[Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        message = {
-            "op": "call",
-            "f": target,
-            "a": [self.encode(arg) for arg in args],
-            "k": {str(name): self.encode(arg) for name, arg in kwargs.items()},
-        }
-        wire.write_frame(self._fd, wire.dump_json(message))
-        reply = self._receive()
+        message = self._call_message(target, args, kwargs)
+        if self._expected and self._expected[0] == message:
+            self._expected.popleft()  # sent ahead: its answer is on its way
+            self._unread -= 1
+            reply = self._receive()
+            if reply["t"] != "ok":
+                self._expected.clear()
+                self._unread = 0
+        else:
+            self._drain()
+            wire.write_frame(self._fd, message)
+            reply = self._receive()
         if reply["t"] == "exc":
             raise _exception_for(reply)
         if reply["t"] != "ok":
@@ -222,6 +274,7 @@ class SampleChannel:
         """A global of the sample's program, as a value, module or remote."""
         reply = self._announced.pop(name, None)
         if not isinstance(reply, dict) or not isinstance(reply.get("t"), str):
+            self._drain()
             wire.write_frame(self._fd, wire.dump_json({"op": "get", "name": name}))
             reply = self._receive()
         kind = reply["t"]
@@ -289,6 +342,7 @@ def judge(spec: dict[str, Any], channel: SampleChannel) -> dict[str, Any]:
         check = dict.get(namespace, "check")
         if not callable(check):
             raise wire.ProtocolError("the test code defines no check()")
+        _send_predicted(spec.get("calls", ()), namespace, candidate, channel)
         check(candidate)
     except SampleLoadFailed as error:
         return {"outcome": "error", "origin": "load", **_facts(error.facts)}
@@ -315,6 +369,44 @@ def judge(spec: dict[str, Any], channel: SampleChannel) -> dict[str, Any]:
             return {"outcome": "error", "origin": "judge", "type": "MemoryError", "msg": ""}
         return {"outcome": "failed", "type": type(error).__name__, "msg": _message(error)}
     return {"outcome": "passed"}
+
+
+def _send_predicted(
+    calls: Any, namespace: JudgeGlobals, candidate: Any, channel: SampleChannel
+) -> None:
+    """Send the calls ``check`` is predicted to make first (see ``_predict``) as one batch.
+
+    A call is sent only while its target is the sample's function: ``None``
+    names check's parameter; any other name must not be the test's own and
+    must have come with the sample's "ready" (no extra round trip).
+    """
+    targets: dict[str | None, int | None] = {}
+    batch: list[tuple[list[Any], tuple[Any, ...], dict[str, Any]]] = []
+    for name, args, kwargs in calls:
+        if name not in targets:
+            targets[name] = _remote_id(name, namespace, candidate, channel)
+        rid = targets[name]
+        if rid is None:
+            break
+        batch.append((["r", rid], tuple(args), dict(kwargs)))
+    channel.send_batch(batch)
+
+
+def _remote_id(
+    name: str | None, namespace: JudgeGlobals, candidate: Any, channel: SampleChannel
+) -> int | None:
+    if name is None:
+        value = candidate
+    elif dict.__contains__(namespace, name):
+        value = dict.get(namespace, name)  # the test's own, or looked up already
+    elif channel.announced(name):
+        try:
+            value = namespace[name]
+        except KeyError:
+            return None
+    else:
+        return None
+    return value._rid if type(value) is Remote else None
 
 
 def _entry(namespace: JudgeGlobals, name: str) -> Any:
