@@ -26,16 +26,26 @@ def test_the_literal_prefix_of_check_is_predicted_in_evaluation_order() -> None:
         "    x = candidate(5)\n"
         "    assert candidate(6)\n"
     )
-    assert predicted_calls(test, ("f",)) == (
-        (None, ([1, 2],), {"k": 3}),
-        (None, ((4,),), {}),
-        (None, (-1.5,), {}),
+    assert predicted_calls(test, ("f",), "f") == (
+        ("f", ([1, 2],), {"k": 3}),
+        ("f", ((4,),), {}),
+        ("f", (-1.5,), {}),
     )
 
 
 def test_calls_by_the_samples_own_name_are_predicted_like_mbpp_tests_make_them() -> None:
     test = "def check(candidate):\n    assert add(1, 2) == 3\n    assert add(2, 2) == 4\n"
-    assert predicted_calls(test, ("add",)) == (("add", (1, 2), {}), ("add", (2, 2), {}))
+    assert predicted_calls(test, ("add",), "None") == (("add", (1, 2), {}), ("add", (2, 2), {}))
+
+
+def test_names_the_test_or_prelude_binds_are_not_the_samples() -> None:
+    test = "def check(candidate):\n    assert candidate(1) == 1\n    assert add(3)\n"
+    assert predicted_calls(test, ("add",), "f") == (("f", (1,), {}), ("add", (3,), {}))
+    assert predicted_calls(test, ("add",), "f", "def add(x):\n    return x\n") == (("f", (1,), {}),)
+    shadowed = "def f(x):\n    return x\n" + test
+    assert predicted_calls(shadowed, ("add",), "f") == ()
+    # The prompt's stub of the entry point is replaced by the sample's.
+    assert predicted_calls(test, (), "f", "def f(x):\n    pass\n") == (("f", (1,), {}),)
 
 
 @pytest.mark.parametrize(
@@ -54,14 +64,20 @@ def test_calls_by_the_samples_own_name_are_predicted_like_mbpp_tests_make_them()
 def test_statements_whose_calls_are_not_known_end_the_prediction(statement: str) -> None:
     test = f"def check(candidate):\n    assert candidate(0) == 0\n    {statement}\n"
     test += "    assert candidate(9)\n"
-    assert predicted_calls(test, ()) == ((None, (0,), {}),)
+    assert predicted_calls(test, (), "f") == (("f", (0,), {}),)
+
+
+def test_nothing_is_predicted_when_the_test_may_call_the_sample_before_check() -> None:
+    test = "def check(candidate):\n    assert candidate(1)\n"
+    assert predicted_calls("VALUE = f(0)\n" + test, ("f",), "f") == ()
+    assert predicted_calls("def helper():\n    return f(0)\n" + test, ("f",), "f") == ()
 
 
 def test_a_check_rebound_or_decorated_is_not_predicted() -> None:
-    assert predicted_calls("def check(c):\n    assert c(1)\ncheck = None\n", ()) == ()
-    assert predicted_calls("@d\ndef check(c):\n    assert c(1)\n", ()) == ()
-    assert predicted_calls("def check(c, d):\n    assert c(1)\n", ()) == ()
-    assert predicted_calls("def check(c:\n", ()) == ()
+    assert predicted_calls("def check(c):\n    assert c(1)\ncheck = None\n", (), "f") == ()
+    assert predicted_calls("@d\ndef check(c):\n    assert c(1)\n", (), "f") == ()
+    assert predicted_calls("def check(c, d):\n    assert c(1)\n", (), "f") == ()
+    assert predicted_calls("def check(c:\n", (), "f") == ()
 
 
 @pytest.fixture(scope="module")

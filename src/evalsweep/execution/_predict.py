@@ -4,12 +4,15 @@ Every call the test makes of the sample's function is a round trip between the
 judge and the sample, and on a small machine those round trips (two process
 wake-ups each) cost more than most HumanEval functions. Most tests start with
 a run of ``assert candidate(<literal>) == ...`` statements, whose calls are
-known before the test runs: the judge sends them to the sample in one message
-and the sample answers each as it finishes (see ``_runtime.judge``). When the
-test then makes exactly those calls, in that order, their answers are already
-there; when it makes any other request first, the judge collects the rest of
-the batch and goes on one call at a time, so the outcome never depends on
-this prediction being right.
+known before the test runs: the judge sends them to the sample in one message,
+before the sample has even loaded its program, and the sample answers each as
+it finishes (see ``_runtime.judge``). When the test then makes exactly those
+calls, in that order, their answers are already there; when it makes any
+other request first, the judge collects the rest of the batch and goes on one
+call at a time, so the outcome never depends on this prediction being right.
+Calls after a failed assert may still be made; they cannot change a verdict
+that is already decided (at most a pass/fail becomes an output-limit error),
+and a sample stuck in one is stopped once its judge is done.
 
 Only plain statements qualify: the prefix of ``check``'s body made of
 ``assert`` and expression statements whose calls of the sample (the parameter
@@ -22,11 +25,13 @@ on the dataset's trusted test code, so ``ast`` never enters a sandbox.
 from __future__ import annotations
 
 import ast
+import builtins
 import functools
 import warnings
 from typing import Any
 
 MAX_CALLS = 256
+_BUILTIN_NAMES = frozenset(vars(builtins))
 # Builtins that never call a function handed to them as an argument here
 # (the sample's functions may not appear as arguments anyway, see _Reader).
 _SAFE_CALLS = frozenset(
@@ -56,9 +61,9 @@ _SAFE_CALLS = frozenset(
     }
 )
 
-# One predicted call: the sample's name called (None: check's parameter), the
-# positional arguments and the keyword arguments, as plain values.
-PredictedCall = tuple[str | None, tuple[Any, ...], dict[str, Any]]
+# One predicted call: the sample's global called (check's parameter stands for
+# the entry point), the positional arguments and the keyword arguments.
+PredictedCall = tuple[str, tuple[Any, ...], dict[str, Any]]
 
 
 class _Unpredictable(Exception):
@@ -68,8 +73,9 @@ class _Unpredictable(Exception):
 class _Reader:
     """Collects the sample calls of one expression in Python's evaluation order."""
 
-    def __init__(self, parameter: str | None, names: frozenset[str]) -> None:
+    def __init__(self, parameter: str, entry_point: str | None, names: frozenset[str]) -> None:
         self.parameter = parameter
+        self.entry_point = entry_point  # None: the parameter is not the sample's
         self.names = names
         self.calls: list[PredictedCall] = []
 
@@ -127,7 +133,9 @@ class _Reader:
                     kwargs[keyword.arg] = ast.literal_eval(keyword.value)
             except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
                 raise _Unpredictable from None
-            name = None if node.func.id == self.parameter else node.func.id
+            name = self.entry_point if node.func.id == self.parameter else node.func.id
+            if name is None:
+                raise _Unpredictable
             self.calls.append((name, args, kwargs))
             return
         if isinstance(node.func, ast.Name):
@@ -167,19 +175,69 @@ def _check_function(module: ast.Module) -> ast.FunctionDef | None:
     return found
 
 
-@functools.lru_cache(maxsize=4096)
-def predicted_calls(test: str, sample_names: tuple[str, ...]) -> tuple[PredictedCall, ...]:
-    """The calls ``check`` makes of the sample before anything could change their order."""
+def _parse(source: str) -> ast.Module | None:
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            module = ast.parse(test)
+            return ast.parse(source)
     except (SyntaxError, ValueError, MemoryError, RecursionError):
+        return None
+
+
+def _bound_names(module: ast.Module) -> set[str]:
+    """Every name the module's own code may bind as a global (generously)."""
+    names: set[str] = set()
+    pending: list[ast.AST] = list(module.body)
+    while pending:
+        node = pending.pop()
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            names.add(node.name)
+            pending.extend(n for n in ast.walk(node) if isinstance(n, ast.Global))
+            continue
+        if isinstance(node, ast.Global):
+            names.update(node.names)
+        elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            names.add(node.id)
+        elif isinstance(node, ast.alias):
+            names.add((node.asname or node.name).split(".")[0])
+        pending.extend(ast.iter_child_nodes(node))
+    return names
+
+
+@functools.lru_cache(maxsize=4096)
+def predicted_calls(
+    test: str, sample_names: tuple[str, ...], entry_point: str, prelude: str | None = None
+) -> tuple[PredictedCall, ...]:
+    """The calls ``check`` makes of the sample before anything could change their order.
+
+    ``check``'s parameter is the entry point (the judge looks it up in the
+    sample); other names count as the sample's only if neither the test nor
+    the prelude (which the judge runs first) binds them.
+    """
+    module = _parse(test)
+    check = _check_function(module) if module is not None else None
+    if module is None or check is None:
         return ()
-    check = _check_function(module)
-    if check is None:
-        return ()
+    outside = {
+        node.id
+        for statement in module.body
+        if statement is not check
+        for node in ast.walk(statement)
+        if isinstance(node, ast.Name)
+    }
+    if outside & {entry_point, *sample_names}:
+        return ()  # the test may call the sample before check does
+    theirs = _bound_names(module)
+    if prelude is not None:
+        prelude_module = _parse(prelude)
+        if prelude_module is None:
+            return ()
+        theirs |= _bound_names(prelude_module) - {entry_point}
     parameter = check.args.args[0].arg
+    usable = entry_point.isidentifier() and entry_point != "None"
+    if entry_point in theirs or (entry_point in _BUILTIN_NAMES and entry_point not in sample_names):
+        usable = False  # the judge would not find it in the sample
+    names = frozenset(sample_names) - theirs - {parameter}
     calls: list[PredictedCall] = []
     for statement in check.body:
         if isinstance(statement, ast.Pass):
@@ -192,7 +250,7 @@ def predicted_calls(test: str, sample_names: tuple[str, ...]) -> tuple[Predicted
             expression = statement.value
         else:
             break
-        reader = _Reader(parameter, frozenset(sample_names) - {parameter})
+        reader = _Reader(parameter, entry_point if usable else None, names)
         try:
             reader.visit(expression)
         except (_Unpredictable, RecursionError):

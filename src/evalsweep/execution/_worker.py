@@ -311,7 +311,9 @@ class Worker:
                     "test": test.test,
                     "entry_point": test.entry_point,
                     "sample_names": list(test.sample_names),
-                    "calls": predicted_calls(test.test, test.sample_names),
+                    "calls": predicted_calls(
+                        test.test, test.sample_names, test.entry_point, test.prelude
+                    ),
                 }
             )
             self._tests.add(key)

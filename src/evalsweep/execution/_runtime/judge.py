@@ -17,12 +17,13 @@ import collections
 import contextlib
 import importlib
 import signal
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 from . import wire
 
 _BUILTIN_NAMES = frozenset(vars(builtins))
+_BATCH_BYTES = 32 * 1024  # calls sent ahead, at most (far below a socket's buffer)
 _MESSAGE_LIMIT = 2000
 
 
@@ -163,6 +164,7 @@ class SampleChannel:
         # made by the test; and how many answers the sample may still send.
         self._expected: collections.deque[bytes] = collections.deque()
         self._unread = 0
+        self._names_of: dict[int, str] = {}  # reference -> global name, from "ready"
 
     def _receive(self) -> dict[str, Any]:
         try:
@@ -181,6 +183,11 @@ class SampleChannel:
             raise wire.ProtocolError(f"unexpected {reply['t']!r} before ready")
         names = reply.get("names")
         self._announced = names if isinstance(names, dict) else {}
+        for name, found in self._announced.items():
+            if isinstance(found, dict) and found.get("t") == "ok":
+                value = found.get("v")
+                if type(value) is Remote:
+                    self._names_of[value._rid] = name
 
     def _remote(self, rid: int, type_name: str) -> Remote:
         remote = self._remotes.get(rid)
@@ -196,26 +203,34 @@ class SampleChannel:
 
         return wire.encode(value, only_remotes)
 
-    def announced(self, name: str) -> bool:
-        return name in self._announced
+    def send_batch(self, calls: Iterable[tuple[str, Any, Any]]) -> None:
+        """Send the calls the test is expected to make first, all in one message.
 
-    def send_batch(self, calls: list[tuple[list[Any], tuple[Any, ...], dict[str, Any]]]) -> None:
-        """Send the calls the test is expected to make next, all in one message.
-
-        The sample makes them in order and answers each as it finishes,
-        stopping at the first that raises. :meth:`call` uses an answer only
-        for exactly the call that was sent (same target, same arguments on
-        the wire); any other request first collects the rest of the batch.
+        Sent before the sample has even loaded its program, so that it finds
+        them waiting once it has: it makes them in order, calling each name
+        it was given as that global was when it said "ready", answers each as
+        it finishes, and stops at the first that raises. :meth:`call` uses
+        an answer only for exactly the call that was sent (the same function,
+        the same arguments on the wire); any other request first collects the
+        rest of the batch. Small enough to never wait for the sample to read.
         """
         messages: list[bytes] = []
-        for target, args, kwargs in calls:
+        size = 0
+        for name, args, kwargs in calls:
             try:
-                messages.append(self._call_message(target, args, kwargs))
+                message = self._call_message(["g", str(name)], tuple(args), dict(kwargs))
             except (TypeError, ValueError):  # not plain data after all
                 break
+            size += len(message) + 1
+            if size > _BATCH_BYTES:
+                break
+            messages.append(message)
         if not messages:
             return
-        wire.write_frame(self._fd, b'{"op":"batch","c":[' + b",".join(messages) + b"]}")
+        try:
+            wire.write_frame(self._fd, b'{"op":"batch","c":[' + b",".join(messages) + b"]}")
+        except OSError:  # the sample is gone already: hello() will say why
+            return
         self._expected.extend(messages)
         self._unread += len(messages)
 
@@ -249,17 +264,23 @@ class SampleChannel:
         raise wire.ProtocolError(f"unexpected reply {reply['t']!r}")
 
     def call(self, target: list[Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        message = self._call_message(target, args, kwargs)
-        if self._expected and self._expected[0] == message:
-            self._expected.popleft()  # sent ahead: its answer is on its way
+        reply = None
+        name = self._names_of.get(target[1]) if target[0] == "r" else None
+        sent_ahead = self._expected[0] if self._expected else None
+        if (
+            sent_ahead is not None
+            and name is not None
+            and self._call_message(["g", name], args, kwargs) == sent_ahead
+        ):
+            self._expected.popleft()  # its answer is on its way
             self._unread -= 1
             reply = self._receive()
             if reply["t"] != "ok":
                 self._expected.clear()
                 self._unread = 0
-        else:
+        if reply is None:
             self._drain()
-            wire.write_frame(self._fd, message)
+            wire.write_frame(self._fd, self._call_message(target, args, kwargs))
             reply = self._receive()
         if reply["t"] == "exc":
             raise _exception_for(reply)
@@ -327,6 +348,7 @@ class JudgeGlobals(dict):  # type: ignore[type-arg]
 def judge(spec: dict[str, Any], channel: SampleChannel) -> dict[str, Any]:
     """Run the test of ``spec`` against the sample behind ``channel``; return the report."""
     try:
+        channel.send_batch(spec.get("calls", ()))
         channel.hello()
         namespace = JudgeGlobals(channel, frozenset(spec.get("sample_names", ())))
         if spec.get("prelude") is not None:
@@ -342,7 +364,6 @@ def judge(spec: dict[str, Any], channel: SampleChannel) -> dict[str, Any]:
         check = dict.get(namespace, "check")
         if not callable(check):
             raise wire.ProtocolError("the test code defines no check()")
-        _send_predicted(spec.get("calls", ()), namespace, candidate, channel)
         check(candidate)
     except SampleLoadFailed as error:
         return {"outcome": "error", "origin": "load", **_facts(error.facts)}
@@ -369,44 +390,6 @@ def judge(spec: dict[str, Any], channel: SampleChannel) -> dict[str, Any]:
             return {"outcome": "error", "origin": "judge", "type": "MemoryError", "msg": ""}
         return {"outcome": "failed", "type": type(error).__name__, "msg": _message(error)}
     return {"outcome": "passed"}
-
-
-def _send_predicted(
-    calls: Any, namespace: JudgeGlobals, candidate: Any, channel: SampleChannel
-) -> None:
-    """Send the calls ``check`` is predicted to make first (see ``_predict``) as one batch.
-
-    A call is sent only while its target is the sample's function: ``None``
-    names check's parameter; any other name must not be the test's own and
-    must have come with the sample's "ready" (no extra round trip).
-    """
-    targets: dict[str | None, int | None] = {}
-    batch: list[tuple[list[Any], tuple[Any, ...], dict[str, Any]]] = []
-    for name, args, kwargs in calls:
-        if name not in targets:
-            targets[name] = _remote_id(name, namespace, candidate, channel)
-        rid = targets[name]
-        if rid is None:
-            break
-        batch.append((["r", rid], tuple(args), dict(kwargs)))
-    channel.send_batch(batch)
-
-
-def _remote_id(
-    name: str | None, namespace: JudgeGlobals, candidate: Any, channel: SampleChannel
-) -> int | None:
-    if name is None:
-        value = candidate
-    elif dict.__contains__(namespace, name):
-        value = dict.get(namespace, name)  # the test's own, or looked up already
-    elif channel.announced(name):
-        try:
-            value = namespace[name]
-        except KeyError:
-            return None
-    else:
-        return None
-    return value._rid if type(value) is Remote else None
 
 
 def _entry(namespace: JudgeGlobals, name: str) -> Any:

@@ -21,6 +21,10 @@ WALL_FACTOR = 5  # the most wall-clock time a sample gets, in timeouts
 # once, on end-of-file): only calls sent ahead that the test never needed can
 # keep it, and their outcome no longer matters.
 STOP_GRACE = 0.25
+# The judge's hang-up is watched for only once a sample has run this long:
+# most samples end sooner, and watching from the start would wake the zygote
+# once more per sample (the judge finishes just before its sample exits).
+STOP_WATCH_AFTER = 0.05
 
 
 class Capture:
@@ -100,13 +104,15 @@ def watch(
     poller.register(pidfd, select.POLLIN)
     for fd in by_fd:
         poller.register(fd, select.POLLIN)
-    if judge_done is not None:
-        poller.register(judge_done, 0)  # reports only the hang-up
     deadline = started + timeout
     last_deadline = started + WALL_FACTOR * timeout
     stop_at = float("inf")
+    watch_from = started + STOP_WATCH_AFTER if judge_done is not None else stop_at
     while True:
         now = time.monotonic()
+        if now >= watch_from and judge_done is not None:
+            poller.register(judge_done, 0)  # reports only the hang-up
+            watch_from = float("inf")
         if now >= stop_at:
             result.stopped = True
             break
@@ -117,7 +123,7 @@ def watch(
                 continue
             result.timed_out = True
             break
-        events = poller.poll(min(remaining, stop_at - now) * 1000)
+        events = poller.poll(min(remaining, stop_at - now, watch_from - now) * 1000)
         if _drain_ready(events, by_fd, poller, result, output_limit):
             result.output_limit = True
             break
