@@ -67,6 +67,17 @@ def test_statements_whose_calls_are_not_known_end_the_prediction(statement: str)
     assert predicted_calls(test, (), "f") == (("f", (0,), {}),)
 
 
+def test_no_call_is_sent_ahead_whose_input_an_earlier_assert_expects() -> None:
+    # Sent together, the second input would show the sample the first answer.
+    test = (
+        "def check(candidate):\n"
+        "    assert candidate('abc') == 'cba'\n"
+        "    assert candidate('xy') == 'yx'\n"
+        "    assert candidate(['cba', 'z']) == ['z', 'abc']\n"
+    )
+    assert predicted_calls(test, (), "f") == (("f", ("abc",), {}), ("f", ("xy",), {}))
+
+
 def test_nothing_is_predicted_when_the_test_may_call_the_sample_before_check() -> None:
     test = "def check(candidate):\n    assert candidate(1)\n"
     assert predicted_calls("VALUE = f(0)\n" + test, ("f",), "f") == ()

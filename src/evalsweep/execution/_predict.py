@@ -78,13 +78,23 @@ class _Reader:
         self.entry_point = entry_point  # None: the parameter is not the sample's
         self.names = names
         self.calls: list[PredictedCall] = []
+        self.constants: list[Any] = []  # literals outside the calls: expected values
 
     def _is_sample(self, node: ast.expr) -> bool:
         return isinstance(node, ast.Name) and (node.id == self.parameter or node.id in self.names)
 
     def visit(self, node: ast.expr | None) -> None:
-        if node is None or isinstance(node, ast.Constant):
+        if node is None:
             return
+        if isinstance(node, ast.Constant):
+            self.constants.append(node.value)
+            return
+        if isinstance(node, ast.List | ast.Tuple | ast.Set | ast.Dict):
+            try:
+                self.constants.append(ast.literal_eval(node))
+                return
+            except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+                pass  # a display with calls inside: read item by item
         if isinstance(node, ast.Name):
             if self._is_sample(node):  # handed somewhere that might call it
                 raise _Unpredictable
@@ -204,6 +214,38 @@ def _bound_names(module: ast.Module) -> set[str]:
     return names
 
 
+def _pieces(values: list[Any]) -> list[Any]:
+    """The values and, one level down, their items (None and booleans reveal nothing)."""
+    pieces: list[Any] = []
+    for value in values:
+        pieces.append(value)
+        if isinstance(value, list | tuple | set | frozenset):
+            pieces.extend(value)
+        elif isinstance(value, dict):
+            pieces.extend(value)
+            pieces.extend(value.values())
+    return [piece for piece in pieces if piece is not None and type(piece) is not bool]
+
+
+def _reveals(call: PredictedCall, answers: list[Any]) -> bool:
+    """Whether the call's arguments contain a value an earlier assert expects.
+
+    Calls sent ahead show the sample later inputs before it has answered the
+    earlier calls; a test whose later input is an earlier expected output
+    (``candidate("abc") == "cba"``, then ``candidate("cba")``) would hand the
+    answer over. The batch stops before such a call.
+    """
+    _, args, kwargs = call
+    for piece in _pieces([*args, *kwargs.values()]):
+        for answer in answers:
+            try:
+                if type(piece) is type(answer) and piece == answer:
+                    return True
+            except Exception:  # noqa: BLE001 - literals compare; be safe anyway
+                return True
+    return False
+
+
 @functools.lru_cache(maxsize=4096)
 def predicted_calls(
     test: str, sample_names: tuple[str, ...], entry_point: str, prelude: str | None = None
@@ -239,6 +281,7 @@ def predicted_calls(
         usable = False  # the judge would not find it in the sample
     names = frozenset(sample_names) - theirs - {parameter}
     calls: list[PredictedCall] = []
+    answers: list[Any] = []
     for statement in check.body:
         if isinstance(statement, ast.Pass):
             continue
@@ -255,6 +298,9 @@ def predicted_calls(
             reader.visit(expression)
         except (_Unpredictable, RecursionError):
             break
+        if any(_reveals(call, answers) for call in reader.calls):
+            break
+        answers.extend(_pieces(reader.constants))
         calls.extend(reader.calls)
         if len(calls) >= MAX_CALLS:
             break
