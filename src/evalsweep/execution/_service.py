@@ -72,8 +72,9 @@ class SandboxUnavailableError(EvalsweepError):
 def default_workers() -> int:
     """Four workers per CPU this process may run on (at most 64).
 
-    A worker's sample and judge take turns (each call of the test is a round
-    trip between them) and its zygotes wait on each other, so one worker
+    A worker's sample and judge take turns (each call of the test not sent
+    ahead in a batch is a round trip between them) and its zygotes wait on
+    each other, so one worker
     leaves its CPU idle much of the time; four per CPU keep it busy, on a
     shared machine too. Oversubscribing is safe for verdicts: time a sample
     spends waiting for a CPU does not count against its timeout.

@@ -23,6 +23,7 @@ from typing import Any
 
 from . import _verdict
 from ._cgroups import CgroupSupport, WorkerCgroup
+from ._predict import predicted_calls
 from ._rootfs import interpreter_for
 from ._runtime.supervise import WALL_FACTOR
 from ._sandbox import Sandbox, SandboxBroken, next_request_id
@@ -310,10 +311,17 @@ class Worker:
                     "test": test.test,
                     "entry_point": test.entry_point,
                     "sample_names": list(test.sample_names),
+                    "calls": predicted_calls(
+                        test.test, test.sample_names, test.entry_point, test.prelude
+                    ),
                 }
             )
             self._tests.add(key)
         judge_end, sample_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        # Closed by the judge when it has its report: the sample's zygote then
+        # stops a sample still busy with calls sent ahead that the test never
+        # needed (see _predict).
+        done_read, done_write = os.pipe()
         try:
             judge_message = {
                 "op": "judge",
@@ -324,11 +332,15 @@ class Worker:
                 "timeout": limits.timeout * WALL_FACTOR + _JUDGE_GRACE,
                 "limits": zygote_limits(limits, judge=True),
             }
-            self.judge_box.send(judge_message, fds=(judge_end.fileno(),))
-            self.sample_box.send(message, fds=(sample_end.fileno(),), raw=program + request.stdin)
+            self.judge_box.send(judge_message, fds=(judge_end.fileno(), done_write))
+            self.sample_box.send(
+                message, fds=(sample_end.fileno(), done_read), raw=program + request.stdin
+            )
         finally:
             judge_end.close()
             sample_end.close()
+            os.close(done_read)
+            os.close(done_write)
         return _Flight(index, request, request_id, limits, True, time.monotonic())
 
     def _collect(self, flight: _Flight) -> tuple[dict[str, Any], dict[str, Any] | None]:

@@ -67,6 +67,7 @@ class JudgeRole:
                 "test": compile(message["test"], "<test>", "exec", dont_inherit=True),
                 "entry_point": message["entry_point"],
                 "sample_names": tuple(message.get("sample_names", ())),
+                "calls": tuple(message.get("calls", ())),
             }
         except (SyntaxError, ValueError) as error:
             return {"t": "test_error", "key": message["key"], "msg": str(error)[:500]}
@@ -95,6 +96,9 @@ class JudgeRole:
             reply["timed_out"] = True
             reply["report"] = None
         finally:
-            os.close(fds[0])  # the sample sees end-of-file and exits
+            # The sample sees end-of-file and exits; its zygote sees the
+            # second descriptor close and stops it if it does not.
+            for fd in fds:
+                os.close(fd)
         reply["wall"] = round(time.monotonic() - started, 6)
         return reply

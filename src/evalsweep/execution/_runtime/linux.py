@@ -185,6 +185,16 @@ class SeccompProgram:
             raise _fail("seccomp")
 
 
+def release_free_memory() -> None:
+    """Give the C heap's free pages back to the kernel (``malloc_trim(0)``).
+
+    Pages the zygote freed while importing stay mapped otherwise, and every
+    fork copies (and every exit tears down) the page-table entries of all
+    mapped memory.
+    """
+    _libc.malloc_trim(ctypes.c_size_t(0))
+
+
 def write_file(path: str, text: str) -> None:
     """Write a small /proc or /sys control file in one ``write`` call."""
     fd = os.open(path, os.O_WRONLY)

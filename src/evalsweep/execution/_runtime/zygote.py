@@ -198,6 +198,7 @@ class Zygote:
         # copying) those pages; this is most of what makes a fork cheap.
         gc.collect()
         gc.freeze()
+        linux.release_free_memory()
         self.note(
             "unprivileged identity",
             not config["unsafe"]
