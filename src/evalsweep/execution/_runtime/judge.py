@@ -175,6 +175,12 @@ class SampleChannel:
             raise wire.ProtocolError("reply is not a message")
         return reply
 
+    def _send(self, payload: bytes) -> None:
+        try:
+            wire.write_frame(self._fd, payload)
+        except (BrokenPipeError, ConnectionResetError):
+            raise SampleGone("the sample's process ended") from None
+
     def hello(self) -> None:
         reply = self._receive()
         if reply["t"] == "load_error":
@@ -255,7 +261,7 @@ class SampleChannel:
 
     def request(self, message: dict[str, Any]) -> Any:
         self._drain()
-        wire.write_frame(self._fd, wire.dump_json(message))
+        self._send(wire.dump_json(message))
         reply = self._receive()
         if reply["t"] == "ok":
             return reply.get("v")
@@ -280,7 +286,7 @@ class SampleChannel:
                 self._unread = 0
         if reply is None:
             self._drain()
-            wire.write_frame(self._fd, self._call_message(target, args, kwargs))
+            self._send(self._call_message(target, args, kwargs))
             reply = self._receive()
         if reply["t"] == "exc":
             raise _exception_for(reply)
@@ -296,7 +302,7 @@ class SampleChannel:
         reply = self._announced.pop(name, None)
         if not isinstance(reply, dict) or not isinstance(reply.get("t"), str):
             self._drain()
-            wire.write_frame(self._fd, wire.dump_json({"op": "get", "name": name}))
+            self._send(wire.dump_json({"op": "get", "name": name}))
             reply = self._receive()
         kind = reply["t"]
         if kind == "missing":

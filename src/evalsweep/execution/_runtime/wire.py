@@ -93,7 +93,12 @@ class FrameReader:
         return frame
 
     def _fill(self, wanted: int = 0) -> None:
-        chunk = os.read(self._fd, max(wanted, 1 << 16))
+        try:
+            chunk = os.read(self._fd, max(wanted, 1 << 16))
+        except ConnectionResetError:
+            # The peer ended with bytes we sent still unread (a batch of calls
+            # it never got to): the socket reports a reset, not an end of file.
+            raise PeerClosed("channel closed") from None
         if not chunk:
             raise PeerClosed("channel closed")
         self._buffer += chunk
