@@ -107,6 +107,7 @@ def lm_eval_logs(
     outputs, running = {}, {}
     for name, checkpoint in (("a", gpt2_a), ("b", gpt2_b)):
         outputs[name] = out = root / "logs" / name
+        log = (root / f"{name}.log").open("w")
         running[name] = subprocess.Popen(
             [
                 sys.executable, "-m", "lm_eval", "--model", "hf",
@@ -114,8 +115,9 @@ def lm_eval_logs(
                 "--tasks", "imp_arc_easy,imp_gsm8k", "--include_path", str(root / "tasks"),
                 "--limit", str(LIMIT), "--log_samples", "--output_path", str(out),
             ],
-            env=cli_env, stdout=subprocess.DEVNULL, stderr=(root / f"{name}.log").open("w"),
+            env=cli_env, stdout=subprocess.DEVNULL, stderr=log,
         )  # fmt: skip
+        log.close()  # the child writes through its own copy
     for name, process in running.items():
         process.wait(timeout=900)
         assert process.returncode == 0, (root / f"{name}.log").read_text()[-3000:]
