@@ -74,10 +74,10 @@ def default_workers() -> int:
 
     A worker's sample and judge take turns (each call of the test not sent
     ahead in a batch is a round trip between them) and its zygotes wait on
-    each other, so one worker
-    leaves its CPU idle much of the time; four per CPU keep it busy, on a
-    shared machine too. Oversubscribing is safe for verdicts: time a sample
-    spends waiting for a CPU does not count against its timeout.
+    each other, so one worker leaves its CPU idle much of the time; four per
+    CPU keep it busy, on a shared machine too. Oversubscribing is safe for
+    verdicts: time a sample spends waiting for a CPU does not count against
+    its timeout.
     """
     try:
         cpus = len(os.sched_getaffinity(0))
