@@ -79,6 +79,44 @@ def test_requests_sharing_a_test_are_gathered_in_first_seen_order() -> None:
     assert [index for index, _ in group_by_test(items)] == [0, 2, 5, 1, 4, 3]
 
 
+def test_problems_found_slow_go_first_each_in_a_slice_of_its_own() -> None:
+    slow_test = FunctionTest(
+        "def check(candidate):\n    assert candidate(2, 3) == 5\n    assert candidate(0, 0) == 0\n",
+        "add",
+    )
+    slow = "import time\ndef add(a, b):\n    time.sleep(0.3)\n    return a + b\n"
+    with ExecutionService(workers=2, limits=Limits(timeout=5.0)) as service:
+        first = [ExecutionRequest(ADD, test=ADD_TEST) for _ in range(6)]
+        first += [ExecutionRequest(slow, test=slow_test) for _ in range(2)]
+        assert all(result.verdict.passed for result in service.run_many(first))
+        batch = [ExecutionRequest(ADD, test=ADD_TEST, key=f"q{i}") for i in range(6)]
+        batch += [ExecutionRequest(slow, test=slow_test, key=f"s{i}") for i in range(3)]
+        slices = service._longest_first(make_slices(list(enumerate(batch)), max_items=4))
+        results = service.run_many(batch)
+    assert [[batch[i].key for i, _ in piece] for piece in slices] == [
+        ["s0"], ["s1"], ["s2"], ["q0", "q1", "q2", "q3"], ["q4", "q5"]
+    ]
+    assert [result.key for result in results] == [request.key for request in batch]
+    assert all(result.verdict.passed for result in results)
+
+
+def test_a_worker_hands_the_unsent_back_of_its_slice_to_an_idle_one() -> None:
+    with ExecutionService(workers=1, limits=Limits(timeout=5.0)) as service:
+        worker = service._pool[0]
+        items = [(i, ExecutionRequest(ADD, test=ADD_TEST, key=str(i))) for i in range(6)]
+        done: list[int] = []
+        offered: list[list[int]] = []
+
+        def share(rest: list[tuple[int, ExecutionRequest]]) -> bool:
+            offered.append([index for index, _ in rest])
+            return len(offered) == 1  # an idle worker takes the first offer only
+
+        worker.run_slice(items, lambda index, result: done.append(index), share=share)
+    # Two samples were in flight and four unsent: the back two went to the idle worker.
+    assert offered[0] == [4, 5]
+    assert done == [0, 1, 2, 3]
+
+
 def test_a_failing_callback_stops_the_batch_instead_of_running_it_all() -> None:
     with ExecutionService(workers=2, limits=Limits(timeout=5.0)) as service:
         slow = [ExecutionRequest("import time\ntime.sleep(0.2)\n") for _ in range(40)]

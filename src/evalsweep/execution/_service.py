@@ -20,6 +20,7 @@ import os
 import queue
 import random
 import shutil
+import statistics
 import tempfile
 import threading
 from collections.abc import Callable, Iterable, Sequence
@@ -37,7 +38,7 @@ from ._types import (
     SandboxReport,
     Verdict,
 )
-from ._worker import Worker, WorkerSettings, default_uid_base
+from ._worker import Worker, WorkerSettings, default_uid_base, judge_key
 
 # Imported once in every sample zygote. Only the small modules most programs
 # import: each preloaded module makes the zygote bigger and every fork of it
@@ -60,6 +61,10 @@ JUDGE_PRELOAD = (
     "decimal",
 )
 _SLICE_ITEMS = 32
+# A request whose test has cost this many times the batch's median request
+# gets a slice of its own, so that a few slow problems spread over the workers.
+_HEAVY = 4.0
+_COST_MEMORY = 16  # samples of a test that its running mean cost weighs
 _START_ATTEMPTS = 3
 
 OnResult = Callable[[int, ExecutionResult], None]
@@ -134,6 +139,8 @@ class _Job:
 
     total: int
     emit: OnResult
+    requests: Sequence[ExecutionRequest]
+    shareable: bool  # slices were cut here, not asked for: they may be split further
     done: threading.Event
     lock: threading.Lock
     finished: int = 0
@@ -209,6 +216,9 @@ class ExecutionService:
         self._started = False
         self._lock = threading.Lock()  # guards the pool, the threads and the counts below
         self._slow = 0  # workers now held by a sample past its timeout
+        self._idle = 0  # workers waiting for a slice (read without the lock: a hint)
+        # Running mean cost and sample count per test, learned from results.
+        self._costs: dict[str, tuple[float, int]] = {}
         self._free_stand_ins: list[int] = []  # worker indexes a stand-in may take
         self._closing = False
 
@@ -358,8 +368,10 @@ class ExecutionService:
         order of ``requests``. ``slice_items`` sets how many consecutive
         requests one worker takes at a time, and consecutive requests of a
         slice run in order on the same worker. By default slices are sized to
-        give every worker several, and requests that share a test are first
-        gathered together (see :func:`group_by_test`).
+        give every worker several, requests that share a test are first
+        gathered together (see :func:`group_by_test`), the problems earlier
+        batches found slowest go first, and a worker with nothing left to do
+        takes the unsent back half of a busy worker's slice.
         """
         self.start()
         results: list[ExecutionResult | None] = [None] * len(requests)
@@ -371,12 +383,22 @@ class ExecutionService:
             if on_result is not None:
                 on_result(index, result)
 
-        job = _Job(total=len(requests), emit=emit, done=threading.Event(), lock=threading.Lock())
+        job = _Job(
+            total=len(requests),
+            emit=emit,
+            requests=requests,
+            shareable=slice_items is None,
+            done=threading.Event(),
+            lock=threading.Lock(),
+        )
         items = list(enumerate(requests))
         if slice_items is None:
             items = group_by_test(items)
         per_slice = slice_items or max(1, min(_SLICE_ITEMS, len(requests) // (self.workers * 4)))
-        for piece in make_slices(items, per_slice):
+        slices = make_slices(items, per_slice)
+        if slice_items is None:
+            slices = self._longest_first(slices)
+        for piece in slices:
             self._jobs.put((job, piece))
         try:
             job.done.wait()
@@ -391,7 +413,13 @@ class ExecutionService:
         while True:
             if stand_in and self._retire(worker):
                 return
-            task = self._jobs.get()
+            with self._lock:
+                self._idle += 1
+            try:
+                task = self._jobs.get()
+            finally:
+                with self._lock:
+                    self._idle -= 1
             if task is None:
                 return
             job, piece = task
@@ -411,6 +439,7 @@ class ExecutionService:
                         job.cancel(error)
                         return
                     job.finished += 1
+                    self._learn_cost(job.requests[index], result)
                     if job.finished == job.total:
                         job.done.set()
 
@@ -419,8 +448,13 @@ class ExecutionService:
             ) -> Callable[[], None]:
                 return self._slow_sample(job, rest)
 
+            def share(rest: list[tuple[int, ExecutionRequest]], job: _Job = job) -> bool:
+                return self._share(job, rest)
+
             try:
-                worker.run_slice(piece, emit, should_stop=job.is_cancelled, on_slow=on_slow)
+                worker.run_slice(
+                    piece, emit, should_stop=job.is_cancelled, on_slow=on_slow, share=share
+                )
             except BaseException as error:  # the worker cannot be restarted
                 lost = Verdict("error", "worker lost", f"{type(error).__name__}: {error}")
                 for index, request in piece:
@@ -428,6 +462,65 @@ class ExecutionService:
                         emit(index, ExecutionResult(lost, key=request.key))
                 with job.lock:
                     job.failure = job.failure or SandboxUnavailableError(str(error))
+
+    # -- scheduling: slow problems first, shared out at the end --------------------------------
+
+    def _learn_cost(self, request: ExecutionRequest, result: ExecutionResult) -> None:
+        """Keep a running mean of each test's sample cost: how long it held its worker."""
+        if request.test is None:
+            return
+        key = judge_key(request)
+        cost = max(result.wall_seconds, 0.0)
+        mean, count = self._costs.get(key, (0.0, 0))
+        count = min(count + 1, _COST_MEMORY)
+        self._costs[key] = (mean + (cost - mean) / count, count)
+
+    def _longest_first(
+        self, slices: list[list[tuple[int, ExecutionRequest]]]
+    ) -> list[list[tuple[int, ExecutionRequest]]]:
+        """Slices in decreasing expected cost; problems known to be slow on their own.
+
+        A batch ends when its last slice does: the slowest work goes first so
+        that what is left at the end is short. Costs come from earlier samples
+        of the same test (pass@k runs have many per problem); unknown tests
+        count as the median known one.
+        """
+        known = dict(self._costs)
+        if not known:
+            return slices
+        default = statistics.median(mean for mean, _ in known.values())
+
+        def cost(request: ExecutionRequest) -> float:
+            if request.test is None:
+                return default
+            return known.get(judge_key(request), (default, 0))[0]
+
+        typical = statistics.median(cost(request) for piece in slices for _, request in piece)
+        pieces: list[tuple[float, list[tuple[int, ExecutionRequest]]]] = []
+        for piece in slices:
+            rest: list[tuple[int, ExecutionRequest]] = []
+            for item in piece:
+                expected = cost(item[1])
+                if expected > _HEAVY * typical:
+                    pieces.append((expected, [item]))
+                else:
+                    rest.append(item)
+            if rest:
+                pieces.append((sum(cost(item[1]) for item in rest), rest))
+        pieces.sort(key=lambda entry: -entry[0])  # stable: equal costs keep their order
+        return [piece for _, piece in pieces]
+
+    def _share(self, job: _Job, rest: list[tuple[int, ExecutionRequest]]) -> bool:
+        """Queue ``rest`` (the back of a worker's slice) if a worker has nothing to do.
+
+        Slices are cut before anyone knows how long their samples take, so at
+        the end of a batch one worker may still hold a slice of slow samples
+        while the others wait; they take its unsent samples instead.
+        """
+        if not job.shareable or self._idle <= 0 or not self._jobs.empty() or job.cancelled:
+            return False
+        self._jobs.put((job, rest))
+        return True
 
     # -- stand-ins for workers held by slow samples -------------------------------------------
 

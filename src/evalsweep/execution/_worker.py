@@ -47,6 +47,8 @@ Emit = Callable[[int, ExecutionResult], None]
 # requests not yet sent to the sandbox (the worker drops them); returns the
 # function to call once that sample's verdict is in.
 OnSlow = Callable[[list[tuple[int, ExecutionRequest]]], Callable[[], None]]
+# Offered requests the worker has not sent yet; True if it took them.
+Share = Callable[[list[tuple[int, ExecutionRequest]]], bool]
 
 
 @dataclass(frozen=True)
@@ -196,13 +198,16 @@ class Worker:
         emit: Emit,
         should_stop: Callable[[], bool] = lambda: False,
         on_slow: OnSlow | None = None,
+        share: Share | None = None,
     ) -> None:
         """Run ``items`` in order, calling ``emit`` as each result is known.
 
         Once ``should_stop()`` is true no new sample starts; the ones already
         sent to the zygotes are still collected, to keep the channel in step.
         If the sample at the head overruns its timeout, ``on_slow`` gets the
-        requests not yet sent, so that they need not wait for it.
+        requests not yet sent, so that they need not wait for it. Between
+        samples, ``share`` is offered the back half of the requests not yet
+        sent; if it takes them (another worker is idle), they are dropped here.
         """
         queue = collections.deque(items)
         inflight: collections.deque[_Flight] = collections.deque()
@@ -210,6 +215,11 @@ class Worker:
         while queue or inflight:
             if should_stop():
                 queue.clear()
+            if share is not None and queue and inflight:
+                keep = len(queue) // 2
+                if share(list(queue)[keep:]):
+                    for _ in range(len(queue) - keep):
+                        queue.pop()
             while queue and len(inflight) < _PIPELINE_DEPTH:
                 index, request = queue.popleft()
                 refusal = self._refusal(request)
