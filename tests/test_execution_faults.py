@@ -94,7 +94,11 @@ def test_problems_found_slow_go_first_each_in_a_slice_of_its_own() -> None:
         slices = service._longest_first(make_slices(list(enumerate(batch)), max_items=4))
         results = service.run_many(batch)
     assert [[batch[i].key for i, _ in piece] for piece in slices] == [
-        ["s0"], ["s1"], ["s2"], ["q0", "q1", "q2", "q3"], ["q4", "q5"]
+        ["s0"],
+        ["s1"],
+        ["s2"],
+        ["q0", "q1", "q2", "q3"],
+        ["q4", "q5"],
     ]
     assert [result.key for result in results] == [request.key for request in batch]
     assert all(result.verdict.passed for result in results)
