@@ -15,6 +15,7 @@ from evalsweep.execution import (
     Verdict,
 )
 from evalsweep.execution._predict import predicted_calls
+from evalsweep.execution._runtime.judge import CallPlan
 
 
 def test_the_literal_prefix_of_check_is_predicted_in_evaluation_order() -> None:
@@ -174,3 +175,103 @@ def test_objects_answered_from_the_batch_stay_usable(service: ExecutionService) 
         "    assert list(candidate(2)) == [0, 1]\n"
     )
     assert _verdict(service, program, test) == Verdict("passed")
+
+
+# -- plans: the calls a passing sample was asked, sent ahead to later samples ---------------
+
+
+def _messages(service: ExecutionService, program: str, test: str) -> tuple[Verdict, int]:
+    """The verdict, and how many messages the judge wrote to the sample to reach it."""
+    worker = service._pool[0]
+    before = worker.messages_to_samples
+    verdict = _verdict(service, program, test)
+    return verdict, worker.messages_to_samples - before
+
+
+LOOP_TEST = (
+    "def check(candidate):\n"
+    "    for i in range(6):\n"
+    "        assert candidate(i * 7 + 100) == i * 7 + 100\n"
+)
+
+
+def test_once_a_sample_passes_later_ones_get_the_tests_calls_sent_ahead() -> None:
+    with ExecutionService(workers=1, limits=Limits(timeout=2.0)) as service:
+        right = "def f(x):\n    return x\n"
+        assert _messages(service, right, LOOP_TEST) == (Verdict("passed"), 6)
+        assert _messages(service, right, LOOP_TEST) == (Verdict("passed"), 1)
+        # A wrong sample leaves the plan at its wrong answer: the verdict is its own.
+        wrong = "def f(x):\n    return x if x < 114 else -x\n"
+        verdict, _ = _messages(service, wrong, LOOP_TEST)
+        assert (verdict.status, verdict.reason) == ("failed", "AssertionError")
+        assert _messages(service, right, LOOP_TEST) == (Verdict("passed"), 1)
+
+
+def test_a_plan_made_by_one_judge_is_used_by_the_others() -> None:
+    with ExecutionService(workers=2, limits=Limits(timeout=2.0)) as service:
+        right = "def f(x):\n    return x\n"
+        first, second = (worker for worker in service._pool)
+        results = service.run_many([ExecutionRequest(right, test=FunctionTest(LOOP_TEST, "f"))] * 6)
+        assert all(result.verdict.passed for result in results)
+        # Only the samples judged before any plan existed asked one call at a time.
+        total = first.messages_to_samples + second.messages_to_samples
+        assert total < 6 * 6
+
+
+def test_a_call_whose_input_is_an_earlier_answer_is_not_sent_ahead_with_it() -> None:
+    # Each input is the answer the previous call should give: a sample that
+    # saw the next call could copy its input instead of computing.
+    test = "def check(candidate):\n    for i in range(5):\n        assert candidate(i) == i + 1\n"
+    with ExecutionService(workers=1, limits=Limits(timeout=2.0)) as service:
+        right = "def f(x):\n    return x + 1\n"
+        for _ in range(3):
+            assert _messages(service, right, test) == (Verdict("passed"), 5)
+
+
+def test_a_plan_never_joins_a_call_to_an_earlier_answer_inside_a_value() -> None:
+    calls = [
+        (b'{"op":"call","f":["g","f"],"a":[[1,2]],"k":{}}', "abc"),
+        (b'{"op":"call","f":["g","f"],"a":[[3,4]],"k":{}}', [9, 9]),
+        (b'{"op":"call","f":["g","f"],"a":[{"k":[9,"abc"]}],"k":{}}', 0),
+        (b'{"op":"call","f":["g","f"],"a":[5],"k":{}}', True),
+        (b'{"op":"call","f":["g","f"],"a":[true],"k":{}}', 1),
+    ]
+    plan = CallPlan(calls)
+    # The third call carries the first two answers: it starts a segment of its own.
+    assert plan.segment(0) == [calls[0][0], calls[1][0]]
+    # Booleans reveal nothing: true after an answer of true still goes ahead.
+    assert plan.segment(2) == [calls[2][0], calls[3][0], calls[4][0]]
+    assert plan.segment(5) == []
+
+
+def test_every_sample_of_a_problem_draws_the_same_random_inputs() -> None:
+    test = (
+        "import random\n"
+        "def check(candidate):\n"
+        "    for _ in range(3):\n"
+        "        value = random.randint(0, 10 ** 9)\n"
+        "        assert candidate(value) == value\n"
+    )
+    program = "def f(x):\n    print(x)\n    return x\n"
+    with ExecutionService(workers=2, limits=Limits(timeout=2.0)) as service:
+        results = service.run_many([ExecutionRequest(program, test=FunctionTest(test, "f"))] * 4)
+    assert all(result.verdict.passed for result in results)
+    assert len({result.stdout for result in results}) == 1
+    assert len(results[0].stdout.split()) == 3
+
+
+def test_a_test_that_asks_different_calls_each_time_gets_no_plan() -> None:
+    test = (
+        "import random\n"
+        "def check(candidate):\n"
+        "    draw = random.Random()\n"  # seeded from the system, not per problem
+        "    for _ in range(4):\n"
+        "        value = draw.randint(0, 10 ** 9)\n"
+        "        assert candidate(value) == value\n"
+    )
+    right = "def f(x):\n    return x\n"
+    with ExecutionService(workers=1, limits=Limits(timeout=2.0)) as service:
+        seen = [_messages(service, right, test) for _ in range(4)]
+    assert all(verdict.passed for verdict, _ in seen)
+    # A plan from the first pass is tried once, found not to hold, and dropped.
+    assert seen[0][1] == 4 and seen[2][1] == 4 and seen[3][1] == 4

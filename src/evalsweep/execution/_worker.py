@@ -61,6 +61,9 @@ class WorkerSettings:
     uid_base: int
     limits: Limits
     name: str
+    # Per test: the calls a passing sample was asked, as a judge reported them,
+    # handed to the other judges (None: the test asks different calls each time).
+    call_plans: dict[str, list[Any] | None] = field(default_factory=dict)
 
 
 @functools.lru_cache(maxsize=256)
@@ -125,8 +128,11 @@ class Worker:
     judge_box: Sandbox | None = None
     restarts: int = 0
     _tests: set[str] = field(default_factory=set)
+    _planned: set[str] = field(default_factory=set)  # tests whose plan the judge has
     _cgroups: list[WorkerCgroup] = field(default_factory=list)
     _oom_seen: int = 0
+    # Messages the judges wrote to samples (a batch of calls sent ahead is one).
+    messages_to_samples: int = 0
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -168,6 +174,7 @@ class Worker:
             self.stop()
             raise
         self._tests.clear()
+        self._planned.clear()
         self._oom_seen = sample_group.oom_kills() if sample_group is not None else 0
 
     def stop(self) -> None:
@@ -327,6 +334,10 @@ class Worker:
                 }
             )
             self._tests.add(key)
+        plan = self.settings.call_plans.get(key)
+        if plan and key not in self._planned:
+            self.judge_box.send({"op": "plan", "key": key, "calls": plan})
+            self._planned.add(key)
         judge_end, sample_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         # Closed by the judge when it has its report: the sample's zygote then
         # stops a sample still busy with calls sent ahead that the test never
@@ -364,14 +375,26 @@ class Worker:
         if flight.judged:
             while True:
                 judge = self.judge_box.receive(deadline)
-                if judge.get("t") in ("test_ok", "test_error"):
+                if judge.get("t") in ("test_ok", "test_error", "plan_ok"):
                     continue
                 if judge.get("t") != "result" or judge.get("id") != flight.request_id:
                     raise SandboxBroken(
                         f"unexpected reply from the judge sandbox: {judge.get('t')}"
                     )
                 break
+            self.messages_to_samples += int(judge.get("sent", 0) or 0)
+            self._share_plan(judge_key(flight.request), judge)
         return sample, judge
+
+    def _share_plan(self, key: str, judge: dict[str, Any]) -> None:
+        """Keep the call plan a judge made (or the news that its test has none)."""
+        plans = self.settings.call_plans
+        if judge.get("unstable"):
+            plans[key] = None
+            self._planned.add(key)
+        elif isinstance(judge.get("calls"), list) and key not in plans:
+            plans[key] = judge["calls"]
+            self._planned.add(key)  # this judge made it
 
     def _oom_happened(self) -> bool:
         group = self.sample_box.cgroup if self.sample_box else None

