@@ -275,3 +275,19 @@ def test_a_test_that_asks_different_calls_each_time_gets_no_plan() -> None:
     assert all(verdict.passed for verdict, _ in seen)
     # A plan from the first pass is tried once, found not to hold, and dropped.
     assert seen[0][1] == 4 and seen[2][1] == 4 and seen[3][1] == 4
+
+
+def test_plans_hold_calls_of_every_plain_type() -> None:
+    # Sets, complex numbers, tuples and bytes travel tagged; a plan keeps them as sent.
+    test = (
+        "def check(candidate):\n"
+        "    assert candidate([{1, 2}, {}], 1j) is False\n"
+        "    assert candidate([set(), frozenset()], (2, 1j)) is True\n"
+        "    assert candidate([{3}], {(1, 2): b'x'}) is False\n"
+    )
+    program = "def f(items, other):\n    return not any(items)\n"
+    with ExecutionService(workers=1, limits=Limits(timeout=2.0)) as service:
+        verdicts = [_messages(service, program, test) for _ in range(3)]
+        assert service._pool[0].restarts == 0
+    assert [verdict for verdict, _ in verdicts] == [Verdict("passed")] * 3
+    assert verdicts[2][1] == 1

@@ -155,16 +155,27 @@ class Remote:
 
 
 def _leaves(tree: Any, into: set[str]) -> set[str]:
-    """The JSON text of ``tree`` and of every value inside it (booleans and null aside)."""
+    """The JSON text of ``tree`` and of every value inside it (booleans and null aside).
+
+    ``tree`` is a value as ``wire.encode`` writes it: a tagged value (a tuple,
+    set, bytes...) counts as one value, plus the items of a container's payload.
+    """
     if tree is True or tree is False or tree is None:
         return into
     into.add(wire.dump_json(tree))
     if type(tree) is list:
-        for item in tree:
-            _leaves(item, into)
+        items: Any = tree
     elif type(tree) is dict:
-        for item in tree.values():
-            _leaves(item, into)
+        if "~" not in tree:
+            items = tree.values()
+        elif tree["~"] in ("t", "s", "f", "d") and type(tree.get("v")) is list:
+            items = tree["v"]
+        else:
+            return into
+    else:
+        return into
+    for item in items:
+        _leaves(item, into)
     return into
 
 
@@ -192,7 +203,7 @@ class CallPlan:
         self._inputs: list[set[str]] = []
         self._outputs: list[set[str]] = []
         for message, answer in calls:
-            call = wire.load_json(message, lambda rid, _type: wire.reference(rid, ""))
+            call = wire.load_json_tree(message)  # tagged values stay as their JSON
             if not isinstance(call, dict) or call.get("op") != "call":
                 raise wire.ProtocolError("a plan holds only calls")
             self._inputs.append(_leaves([call.get("a"), call.get("k")], set()) - {"[]", "{}"})

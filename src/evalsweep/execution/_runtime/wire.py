@@ -147,6 +147,17 @@ def load_json(data: bytes, resolve_ref: Callable[[int, str], Any] | None = None)
     return value
 
 
+def load_json_tree(data: bytes) -> Any:
+    """A message as its JSON tree, tagged values left as the objects that carry them."""
+    try:
+        value, end = _scan_plain(data.decode("utf-8"), 0)
+    except (StopIteration, ValueError, RecursionError) as error:
+        raise ProtocolError(f"malformed message: {type(error).__name__}") from None
+    if end != len(data):
+        raise ProtocolError("malformed message: extra data after the value")
+    return value
+
+
 # --------------------------------------------------------------------------- values
 
 _TAG = "~"
