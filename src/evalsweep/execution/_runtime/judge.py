@@ -16,7 +16,6 @@ import builtins
 import collections
 import contextlib
 import importlib
-import random
 import signal
 from collections.abc import Iterable, Iterator
 from typing import Any
@@ -460,8 +459,9 @@ def judge(spec: dict[str, Any], channel: SampleChannel) -> dict[str, Any]:
         channel.hello()
         # Every sample of a problem draws the same random inputs (the same
         # test for every sample and every checkpoint), which also lets a plan
-        # of the test's calls hold from one sample to the next.
-        random.seed(spec["seed"])
+        # of the test's calls hold from one sample to the next. (Imported
+        # here: this module is loaded in the sample's zygote too.)
+        importlib.import_module("random").seed(spec["seed"])
         namespace = JudgeGlobals(channel, frozenset(spec.get("sample_names", ())))
         if spec.get("prelude") is not None:
             exec(spec["prelude"], namespace)
