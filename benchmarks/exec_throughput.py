@@ -39,6 +39,7 @@ import re
 import shutil
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -231,27 +232,77 @@ def _own_cpu() -> float:
     return me.user + me.system + children.children_user + children.children_system
 
 
-def _zygote_cpu(service: ExecutionService) -> float:
-    """CPU seconds of every zygote of ``service`` and of the samples they have reaped."""
-    total = 0.0
+def _zygote_cpu(pid: int | None) -> float | None:
+    """CPU seconds of one zygote and of the samples it has reaped (None once it is gone)."""
     ticks = os.sysconf("SC_CLK_TCK")
-    for worker in service._pool:
-        for box in (worker.sample_box, worker.judge_box):
-            pid = getattr(box, "_zygote_pid", None)
-            with contextlib.suppress(OSError, ValueError, IndexError):
-                fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-                total += sum(int(value) for value in fields[11:15]) / ticks
-    return total
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return sum(int(value) for value in fields[11:15]) / ticks
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+class ZygoteMeter:
+    """CPU used by a service's zygotes (and their samples) while it runs a batch.
+
+    Workers come and go during a batch (stand-ins for slow samples retire, a
+    broken worker is replaced), and a zygote's time cannot be read once it
+    has exited; so the meter polls every zygote every 50 ms and counts, per
+    zygote, the time from its first reading (0 for one started during the
+    batch) to its last.
+    """
+
+    def __init__(self, service: ExecutionService) -> None:
+        self._service = service
+        self._first: dict[int, float] = {}
+        self._last: dict[int, float] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._poll, daemon=True)
+
+    def _pids(self) -> list[int]:
+        return [
+            pid
+            for worker in list(self._service._pool)
+            for box in (worker.sample_box, worker.judge_box)
+            if (pid := getattr(box, "_zygote_pid", None)) is not None
+        ]
+
+    def _read(self, first: bool) -> None:
+        for pid in self._pids():
+            cpu = _zygote_cpu(pid)
+            if cpu is None:
+                continue
+            self._first.setdefault(pid, cpu if first else 0.0)
+            self._last[pid] = cpu
+
+    def _poll(self) -> None:
+        while not self._stop.wait(0.05):
+            self._read(False)
+
+    def __enter__(self) -> ZygoteMeter:
+        self._read(True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+        self._read(False)
+
+    @property
+    def seconds(self) -> float:
+        return sum(self._last[pid] - self._first[pid] for pid in self._last)
 
 
 def time_evalsweep(
     service: ExecutionService, requests: list[ExecutionRequest]
 ) -> tuple[float, list[bool], float]:
-    cpu = _own_cpu() + _zygote_cpu(service)
+    cpu = _own_cpu()
     started = time.perf_counter()
-    outcomes = [result.verdict.passed for result in service.run_many(requests)]
+    with ZygoteMeter(service) as zygotes:
+        outcomes = [result.verdict.passed for result in service.run_many(requests)]
     elapsed = time.perf_counter() - started
-    return elapsed, outcomes, _own_cpu() + _zygote_cpu(service) - cpu
+    return elapsed, outcomes, _own_cpu() - cpu + zygotes.seconds
 
 
 def time_human_eval(

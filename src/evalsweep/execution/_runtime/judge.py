@@ -8,6 +8,11 @@ sent to the sample as plain data and whose results come back as exact
 built-in values. Every comparison, ``abs``, ``isinstance`` or ``math.isclose``
 in the test therefore runs on trustworthy objects with the judge's own
 builtins, and the outcome is reported on a pipe the sample never holds.
+
+Each call is a round trip between two processes, so calls the test will make
+are sent ahead when they are known: those read from the test's source (see
+``_predict``), and, once a sample has passed, the calls that sample was asked
+(:class:`CallPlan`). Neither ever carries an expected value to the sample.
 """
 
 from __future__ import annotations
