@@ -140,7 +140,7 @@ def _learn_calls(spec: dict[str, Any], channel: judge.SampleChannel) -> dict[str
     if spec["unstable"] or record is None or len(record) < 2:
         return {}
     try:  # only plain answers: an object the test goes on to use is not planned
-        calls = [(message, wire.encode(answer, _no_reference)) for message, answer in record]
+        calls = [(message, wire.encode(answer, wire.not_plain)) for message, answer in record]
     except TypeError:
         return {}
     spec["plan"] = judge.CallPlan(calls)
@@ -148,7 +148,3 @@ def _learn_calls(spec: dict[str, Any], channel: judge.SampleChannel) -> dict[str
     if len(wire.dump_json(shared)) > _SHARED_PLAN_BYTES:
         return {}
     return {"calls": shared}
-
-
-def _no_reference(value: Any) -> Any:
-    raise TypeError(f"a {type(value).__name__} is not plain data")

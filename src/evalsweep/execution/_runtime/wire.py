@@ -104,7 +104,8 @@ class FrameReader:
         self._buffer += chunk
 
 
-def _not_plain(value: Any) -> Any:
+def not_plain(value: Any) -> Any:
+    """For ``encode``: refuse, rather than refer to, a value that is not plain data."""
     raise TypeError(f"{type(value).__name__} is not JSON serializable")
 
 
@@ -114,7 +115,7 @@ def _not_plain(value: Any) -> Any:
 # (several per sample, in the sample's own process too). No circularity check:
 # encode() bounds nesting, so nothing it returns is circular.
 _encode = json.encoder.c_make_encoder(  # type: ignore[attr-defined]
-    None, _not_plain, json.encoder.encode_basestring_ascii, None, ":", ",", False, False, True
+    None, not_plain, json.encoder.encode_basestring_ascii, None, ":", ",", False, False, True
 )
 _scan_plain = json.JSONDecoder().scan_once  # type: ignore[attr-defined]
 
@@ -129,13 +130,22 @@ def load_json(data: bytes, resolve_ref: Callable[[int, str], Any] | None = None)
     Exactly one JSON value, nothing before or after it (the senders write
     compact, ASCII-only JSON).
     """
+    if b'"~"' not in data:  # nothing tagged: the C scanner alone
+        return _scan(data, _scan_plain)
+    decoder = json.JSONDecoder(object_hook=_Rebuilder(resolve_ref))
+    return _scan(data, decoder.scan_once)  # type: ignore[attr-defined]
+
+
+def load_json_tree(data: bytes) -> Any:
+    """A message as its JSON tree, tagged values left as the objects that carry them."""
+    return _scan(data, _scan_plain)
+
+
+def _scan(data: bytes, scan_once: Callable[[str, int], tuple[Any, int]]) -> Any:
+    """Exactly one JSON value read by ``scan_once``, or :class:`ProtocolError`."""
     try:
         text = data.decode("utf-8")
-        if b'"~"' not in data:  # nothing tagged: the C scanner alone
-            value, end = _scan_plain(text, 0)
-        else:
-            decoder = json.JSONDecoder(object_hook=_Rebuilder(resolve_ref))
-            value, end = decoder.scan_once(text, 0)  # type: ignore[attr-defined]
+        value, end = scan_once(text, 0)
     except StopIteration:
         raise ProtocolError("malformed message: no JSON value") from None
     except (ValueError, RecursionError) as error:
@@ -143,17 +153,6 @@ def load_json(data: bytes, resolve_ref: Callable[[int, str], Any] | None = None)
     except TypeError as error:  # e.g. an unhashable item inside a set
         raise ProtocolError(f"invalid value: {error}"[:300]) from None
     if end != len(text):
-        raise ProtocolError("malformed message: extra data after the value")
-    return value
-
-
-def load_json_tree(data: bytes) -> Any:
-    """A message as its JSON tree, tagged values left as the objects that carry them."""
-    try:
-        value, end = _scan_plain(data.decode("utf-8"), 0)
-    except (StopIteration, ValueError, RecursionError) as error:
-        raise ProtocolError(f"malformed message: {type(error).__name__}") from None
-    if end != len(data):
         raise ProtocolError("malformed message: extra data after the value")
     return value
 
