@@ -496,18 +496,20 @@ class ExecutionService:
                 return default
             return known.get(judge_key(request), (default, 0))[0]
 
-        typical = statistics.median(cost(request) for piece in slices for _, request in piece)
+        costed = [[(cost(item[1]), item) for item in piece] for piece in slices]
+        typical = statistics.median(expected for piece in costed for expected, _ in piece)
         pieces: list[tuple[float, list[tuple[int, ExecutionRequest]]]] = []
-        for piece in slices:
+        for piece in costed:
             rest: list[tuple[int, ExecutionRequest]] = []
-            for item in piece:
-                expected = cost(item[1])
+            rest_cost = 0.0
+            for expected, item in piece:
                 if expected > _HEAVY * typical:
                     pieces.append((expected, [item]))
                 else:
                     rest.append(item)
+                    rest_cost += expected
             if rest:
-                pieces.append((sum(cost(item[1]) for item in rest), rest))
+                pieces.append((rest_cost, rest))
         pieces.sort(key=lambda entry: -entry[0])  # stable: equal costs keep their order
         return [piece for _, piece in pieces]
 
