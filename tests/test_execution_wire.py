@@ -147,3 +147,21 @@ def test_oversized_frames_are_refused_and_closed_channels_reported() -> None:
     with pytest.raises(wire.PeerClosed):
         wire.read_frame(read_end, 10)
     os.close(read_end)
+
+
+def test_the_zygote_rehearsal_runs_the_sample_side_and_leaves_nothing_open() -> None:
+    """The rehearsal a sample zygote runs before it freezes: the whole protocol, no leak."""
+    from evalsweep.execution._runtime import sample
+
+    fds_before = set(os.listdir("/proc/self/fd"))
+    replies = sample.rehearse(rounds=3)
+    assert set(os.listdir("/proc/self/fd")) == fds_before
+    kinds = [reply["t"] for reply in replies]
+    assert kinds == ["ready", "ok", "ok", "ok", "exc", "ok", "load_error"]
+    ready = replies[0]["names"]
+    assert sorted(ready) == ["f", "g"] and ready["f"]["v"]["~"] == "r"
+    # f(3), then the batch: f(3), g([1, 2]) with its argument changed in place, h() raising
+    assert replies[1]["v"] == replies[2]["v"] == [3, 1, {"~": "t", "v": [3]}, 6]
+    assert replies[3]["m"] == [[0, [1, 2, 1]]]
+    assert replies[4]["type"] == "ValueError"
+    assert replies[6]["type"] == "SyntaxError"

@@ -55,16 +55,23 @@ class Confinement:
 def arrange_fds(layout: dict[int, int]) -> None:
     """Make ``target -> source`` hold exactly and close every other descriptor.
 
-    Sources are first moved above every target so that a ``dup2`` can never
-    overwrite a source that is still needed; then everything above the layout
-    is closed, so the child keeps none of the zygote's control channels.
+    Where a source is also a target, the sources are first moved above every
+    target so that a ``dup2`` can never overwrite a source that is still
+    needed; then everything above the layout is closed, so the child keeps
+    none of the zygote's control channels.
     """
+    top = max(layout)
+    if min(layout.values()) > top:  # the usual case: no source is also a target
+        for target, source in layout.items():
+            os.dup2(source, target)
+        os.closerange(top + 1, 1 << 20)
+        return
     staged = {}
     for offset, (target, source) in enumerate(sorted(layout.items())):
         staged[target] = os.dup2(source, _HIGH_FD + offset, inheritable=False)
     for target, source in staged.items():
         os.dup2(source, target, inheritable=True)
-    os.closerange(max(layout) + 1, 1 << 20)
+    os.closerange(top + 1, 1 << 20)
 
 
 def apply(plan: Confinement) -> None:

@@ -39,6 +39,7 @@ MNT_DETACH = 0x2
 
 # prctl options (linux/prctl.h).
 PR_SET_PDEATHSIG = 1
+PR_GET_DUMPABLE = 3
 PR_SET_DUMPABLE = 4
 PR_SET_SECCOMP = 22
 PR_CAPBSET_DROP = 24
@@ -104,13 +105,16 @@ def sethostname(name: str) -> None:
         raise _fail("sethostname")
 
 
+# Every argument after the option is passed as unsigned long: the kernel
+# rejects some options (no_new_privs) unless the unused ones are exactly zero.
+# Declared once, so that a call (one per sample, in the sample's own process)
+# converts its arguments in C instead of building five ctypes objects.
+_libc.prctl.argtypes = [ctypes.c_int] + [ctypes.c_ulong] * 4
+_libc.prctl.restype = ctypes.c_int
+
+
 def _raw_prctl(option: int, arg2: int = 0, arg3: int = 0) -> int:
-    # Every argument is passed as unsigned long: the kernel rejects some
-    # options (no_new_privs) unless the unused ones are exactly zero.
-    zero = ctypes.c_ulong(0)
-    return int(
-        _libc.prctl(ctypes.c_int(option), ctypes.c_ulong(arg2), ctypes.c_ulong(arg3), zero, zero)
-    )
+    return int(_libc.prctl(option, arg2, arg3, 0, 0))
 
 
 def prctl(option: int, arg2: int = 0, arg3: int = 0) -> int:

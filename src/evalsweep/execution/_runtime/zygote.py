@@ -31,14 +31,14 @@ from typing import Any, NoReturn
 
 if __name__ == "__main__":  # loaded by path: make the sibling modules importable
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    from _runtime import jail, linux
+    from _runtime import jail, linux, sample
     from _runtime.control import receive, send
     from _runtime.judge_role import JudgeRole
     from _runtime.sample_role import SETUP_FAILED, SampleRole
 
     del sys.path[0]
 else:
-    from . import jail, linux
+    from . import jail, linux, sample
     from .control import receive, send
     from .judge_role import JudgeRole
     from .sample_role import SETUP_FAILED, SampleRole
@@ -193,6 +193,13 @@ class Zygote:
         for name in preload:
             with contextlib.suppress(BaseException):
                 importlib.import_module(name)
+        if config.get("role") == "sample":
+            # Only saves copied pages per sample: a failure here is no reason
+            # to refuse samples.
+            with contextlib.suppress(Exception):
+                sample.rehearse()
+                for _ in range(64):  # and the one system call through ctypes a sample makes
+                    linux.prctl(linux.PR_GET_DUMPABLE)
         # Everything loaded so far is shared with every forked child. Freezing
         # it keeps the children's garbage collector from walking (and so
         # copying) those pages; this is most of what makes a fork cheap.
