@@ -29,6 +29,8 @@ from typing import Any
 
 import yaml
 
+from evalsweep.tasks.arc import ai2_rows_in_hub_schema
+
 PREFIX = "local_"
 LETTERS = "ABCD"
 # Keys of lm-eval's MMLU group YAMLs that we know how to rename; anything new fails loudly.
@@ -194,27 +196,6 @@ def write_gsm8k_task(data_dir: Path, out_dir: Path) -> str:
     return str(cfg["task"])
 
 
-def read_arc_jsonl(path: Path) -> list[dict[str, Any]]:
-    """AI2's original ARC rows in the Hub's ``allenai/ai2_arc`` schema, in file order."""
-    rows = []
-    with path.open(encoding="utf-8") as handle:
-        for line in handle:
-            if line.strip():
-                row = json.loads(line)
-                rows.append(
-                    {
-                        "id": row["id"],
-                        "question": row["question"]["stem"],
-                        "choices": {
-                            "text": [c["text"] for c in row["question"]["choices"]],
-                            "label": [c["label"] for c in row["question"]["choices"]],
-                        },
-                        "answerKey": row["answerKey"],
-                    }
-                )
-    return rows
-
-
 def write_arc_tasks(data_dir: Path, out_dir: Path) -> list[str]:
     """Write ``local_arc_easy`` and ``local_arc_challenge`` reading AI2's local JSONL.
 
@@ -233,7 +214,7 @@ def write_arc_tasks(data_dir: Path, out_dir: Path) -> list[str]:
         for split, local in (("test", "Test"), ("validation", "Dev")):
             jsonl = out_dir / "data" / "arc" / f"{subset}-{local}.jsonl"
             _write_jsonl(
-                jsonl, read_arc_jsonl(data_dir / "arc" / subset / f"{subset}-{local}.jsonl")
+                jsonl, ai2_rows_in_hub_schema(data_dir / "arc" / subset / f"{subset}-{local}.jsonl")
             )
             files[split] = str(jsonl)
         cfg = {

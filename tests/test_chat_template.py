@@ -20,6 +20,7 @@ import yaml
 
 from evalsweep.engine._chat import multi_turn, single_turn, with_system_instruction
 from evalsweep.tasks import DataSource, get_task
+from evalsweep.tasks.arc import ai2_rows_in_hub_schema
 
 TEMPLATE = (
     "{% for m in messages %}<|{{ m['role'] }}|>\n{{ m['content'] }}<|end|>\n{% endfor %}"
@@ -50,21 +51,8 @@ def lm_eval_arc_task(data_dir: Path, folder: Path) -> Any:
     )
     files = {}
     for split, local in (("test", "Test"), ("validation", "Dev")):
-        rows = []
         source = data_dir / "arc" / "ARC-Easy" / f"ARC-Easy-{local}.jsonl"
-        for line in source.read_text(encoding="utf-8").splitlines():
-            row = json.loads(line)
-            rows.append(
-                {
-                    "id": row["id"],
-                    "question": row["question"]["stem"],
-                    "choices": {
-                        "text": [c["text"] for c in row["question"]["choices"]],
-                        "label": [c["label"] for c in row["question"]["choices"]],
-                    },
-                    "answerKey": row["answerKey"],
-                }
-            )
+        rows = ai2_rows_in_hub_schema(source)
         path = folder / f"{split}.jsonl"
         path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
         files[split] = str(path)

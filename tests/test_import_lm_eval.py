@@ -19,6 +19,7 @@ import pytest
 import yaml
 
 from evalsweep.checkpoints import resolve_checkpoint
+from evalsweep.tasks.arc import ai2_rows_in_hub_schema
 
 pytestmark = pytest.mark.slow
 LIMIT = 4
@@ -35,22 +36,7 @@ def installed_yaml(*parts: str) -> dict[str, Any]:
 def write_local_tasks(data_dir: Path, folder: Path) -> None:
     """lm-eval's own arc_easy and gsm8k YAMLs, reading the local files instead of the Hub."""
     folder.mkdir(parents=True)
-    rows = []
-    for line in (data_dir / "arc" / "ARC-Easy" / "ARC-Easy-Test.jsonl").open(encoding="utf-8"):
-        row = json.loads(line)
-        rows.append(
-            {
-                "id": row["id"],
-                "question": row["question"]["stem"],
-                "choices": {
-                    "text": [c["text"] for c in row["question"]["choices"]],
-                    "label": [c["label"] for c in row["question"]["choices"]],
-                },
-                "answerKey": row["answerKey"],
-            }
-        )
-        if len(rows) == 20:
-            break
+    rows = ai2_rows_in_hub_schema(data_dir / "arc" / "ARC-Easy" / "ARC-Easy-Test.jsonl", 20)
     arc_data = folder / "arc_test.jsonl"
     arc_data.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
     arc = installed_yaml("arc", "arc_easy.yaml")

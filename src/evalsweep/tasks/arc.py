@@ -62,36 +62,25 @@ class ARC(MultipleChoiceTask):
         return TaskData(documents, pool, source.describe())
 
     def _hub(self, split: str) -> list[Row]:
-        return [
-            {
-                "id": row["id"],
-                "question": row["question"],
-                "choices": list(row["choices"]["text"]),
-                "labels": list(row["choices"]["label"]),
-                "answerKey": row["answerKey"],
-            }
-            for row in load_hub_split("allenai/ai2_arc", self.subset, split)
-        ]
+        return [_flat(row) for row in load_hub_split("allenai/ai2_arc", self.subset, split)]
 
     def _local(self, path: Path, limit: int | None) -> list[Row]:
         """AI2's schema (``question.stem``, ``question.choices``) in the Hub's shape."""
-        rows = []
-        for number, row in enumerate(read_jsonl(path, ("id", "question", "answerKey"), limit), 1):
-            question = row["question"]
-            if not isinstance(question, dict) or not isinstance(question.get("choices"), list):
-                raise DataError(f"{path}:{number}: 'question' must hold 'stem' and 'choices'")
-            try:
-                converted = {
-                    "id": row["id"],
-                    "question": question["stem"],
-                    "choices": [c["text"] for c in question["choices"]],
-                    "labels": [c["label"] for c in question["choices"]],
-                    "answerKey": row["answerKey"],
-                }
-            except (KeyError, TypeError) as exc:
-                raise DataError(f"{path}:{number}: malformed question ({exc})") from exc
-            rows.append(_check(converted, str(path), number))
-        return rows
+        return [
+            _check(_flat(row), str(path), number)
+            for number, row in enumerate(ai2_rows_in_hub_schema(path, limit), 1)
+        ]
+
+
+def _flat(row: Row) -> Row:
+    """A row of the Hub's schema with ``choices.text`` and ``choices.label`` as two lists."""
+    return {
+        "id": row["id"],
+        "question": row["question"],
+        "choices": list(row["choices"]["text"]),
+        "labels": list(row["choices"]["label"]),
+        "answerKey": row["answerKey"],
+    }
 
 
 def _check(row: Row, where: str, number: int) -> Row:
@@ -101,3 +90,32 @@ def _check(row: Row, where: str, number: int) -> Row:
             f"{row['labels']}"
         )
     return row
+
+
+def ai2_rows_in_hub_schema(path: Path, limit: int | None = None) -> list[dict[str, Any]]:
+    """AI2's original ARC rows, in file order, in the Hub's ``allenai/ai2_arc`` schema.
+
+    The schema lm-eval's ARC tasks read from the Hub; besides the task's own
+    local loading, it lets lm-eval run on the same local files as evalsweep
+    (the benchmarks and agreement tests do).
+    """
+    rows = []
+    for number, row in enumerate(read_jsonl(path, ("id", "question", "answerKey"), limit), 1):
+        question = row["question"]
+        if not isinstance(question, dict) or not isinstance(question.get("choices"), list):
+            raise DataError(f"{path}:{number}: 'question' must hold 'stem' and 'choices'")
+        try:
+            rows.append(
+                {
+                    "id": row["id"],
+                    "question": question["stem"],
+                    "choices": {
+                        "text": [c["text"] for c in question["choices"]],
+                        "label": [c["label"] for c in question["choices"]],
+                    },
+                    "answerKey": row["answerKey"],
+                }
+            )
+        except (KeyError, TypeError) as exc:
+            raise DataError(f"{path}:{number}: malformed question ({exc})") from exc
+    return rows
