@@ -38,6 +38,7 @@ class Confinement:
         no_new_privs: bool = True,
         oom_score_adj: int | None = 1000,
         cwd: str = "/",
+        enter_cwd: bool = True,
         dumpable: bool = True,
         restore_sigint: bool = True,
     ) -> None:
@@ -48,6 +49,7 @@ class Confinement:
         self.no_new_privs = no_new_privs
         self.oom_score_adj = oom_score_adj
         self.cwd = cwd
+        self.enter_cwd = enter_cwd  # False: the parent forked from inside ``cwd`` already
         self.dumpable = dumpable
         self.restore_sigint = restore_sigint
 
@@ -79,7 +81,8 @@ def apply(plan: Confinement) -> None:
     if plan.oom_score_adj is not None:
         with contextlib.suppress(OSError):  # without /proc the cgroup limit still applies
             linux.write_file("/proc/self/oom_score_adj", str(plan.oom_score_adj))
-    os.chdir(plan.cwd)
+    if plan.enter_cwd:
+        os.chdir(plan.cwd)
     for which, soft, hard in plan.rlimits:
         resource.setrlimit(which, (soft, hard))
     if plan.switch_to is not None:

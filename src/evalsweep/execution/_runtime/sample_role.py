@@ -45,6 +45,10 @@ class SampleRole:
         control.receive_into(self._zygote.ctl, self._buffer, size)
         rpc_fd = fds[0] if fds else None
         scratch = self._new_scratch(limits)
+        # Forked from inside the scratch space, the child starts there: one
+        # system call less in the child, where every new code path costs
+        # page faults, and one more here, where it is warm.
+        os.chdir(scratch)
         out_read, out_write = os.pipe()
         err_read, err_write = os.pipe()
         plan = self._plan(limits, scratch)
@@ -136,7 +140,9 @@ class SampleRole:
     def _new_plan(self, limits: dict[str, Any], cwd: str) -> confine.Confinement:
         z = self._zygote
         if z.config["unsafe"]:
-            return confine.Confinement(no_new_privs=False, oom_score_adj=None, cwd=cwd)
+            return confine.Confinement(
+                no_new_privs=False, oom_score_adj=None, cwd=cwd, enter_cwd=False
+            )
         rlimits = confine.rlimits_for(
             address_space=limits["address_space"],
             file_size=limits["file_size"],
@@ -159,6 +165,7 @@ class SampleRole:
                 oom_score_adj=None if inherited else 1000,
                 restore_sigint=False,
                 cwd=cwd,
+                enter_cwd=False,
             )
         return confine.Confinement(
             rlimits=rlimits,
@@ -168,6 +175,7 @@ class SampleRole:
             no_new_privs=not inherited,
             oom_score_adj=None if inherited else 1000,
             cwd=cwd,
+            enter_cwd=False,
         )
 
     def _new_scratch(self, limits: dict[str, Any]) -> str:
@@ -183,6 +191,7 @@ class SampleRole:
         return path
 
     def _drop_scratch(self) -> None:
+        os.chdir("/")
         if self._zygote.namespaces:
             jail.unmount_scratch()
         elif self._scratch_dir is not None:
