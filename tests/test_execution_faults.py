@@ -181,3 +181,18 @@ def test_a_sample_past_its_timeout_hands_its_slice_on_and_a_stand_in_serves_it()
     # every quick sample's verdict would come after the loop's).
     assert seen.index("loop") >= 1
     assert all(result.verdict.passed for result in again) and after == 1
+
+
+def test_a_sample_queued_behind_a_slow_one_still_gets_its_whole_time() -> None:
+    # The quick sample's request reaches its judge at once (requests are sent
+    # ahead), but its process starts only when the slow one is done, 7.5 s
+    # later: longer than the judge's own limit for it (5 x 1 s, plus grace).
+    # The judge's clock starts when the sample has loaded.
+    with ExecutionService(workers=1) as service:
+        slow = ExecutionRequest(
+            "import time\ntime.sleep(7.5)\nprint('done')\n", limits=Limits(timeout=10.0)
+        )
+        quick = ExecutionRequest(ADD, test=ADD_TEST, limits=Limits(timeout=1.0))
+        results = service.run_many([slow, quick], slice_items=2)
+    assert results[0].stdout == "done\n" and results[0].verdict.status != "timeout"
+    assert results[1].verdict.passed, results[1].verdict

@@ -470,31 +470,19 @@ def _builtin(table: Any, name: str) -> Any:
     return scope[name]
 
 
-def judge(spec: dict[str, Any], channel: SampleChannel) -> dict[str, Any]:
-    """Run the test of ``spec`` against the sample behind ``channel``; return the report."""
+def judge(spec: dict[str, Any], channel: SampleChannel, timeout: float) -> dict[str, Any]:
+    """Run the test of ``spec`` against the sample behind ``channel``; return the report.
+
+    ``timeout`` (wall-clock seconds) starts once the sample has loaded: the
+    request may reach this judge while its sample still waits behind a slow
+    one in the same worker. Until then the wait is bounded by the sample's own
+    limits: when it is stopped its channel closes.
+    """
     try:
         channel.send_batch(spec.get("calls", ()))
         channel.hello()
-        # Every sample of a problem draws the same random inputs (the same
-        # test for every sample and every checkpoint), which also lets a plan
-        # of the test's calls hold from one sample to the next. (Imported
-        # here: this module is loaded in the sample's zygote too.)
-        importlib.import_module("random").seed(spec["seed"])
-        namespace = JudgeGlobals(channel, frozenset(spec.get("sample_names", ())))
-        if spec.get("prelude") is not None:
-            exec(spec["prelude"], namespace)
-            # The prompt declares the entry point without a body; the real one
-            # is the sample's.
-            namespace.pop(spec["entry_point"], None)
-        exec(spec["test"], namespace)
-        candidate = (
-            None if spec["entry_point"] == "None" else _entry(namespace, spec["entry_point"])
-        )
-        # ``dict.get`` skips __missing__: the check function must be the test's own.
-        check = dict.get(namespace, "check")
-        if not callable(check):
-            raise wire.ProtocolError("the test code defines no check()")
-        check(candidate)
+        with deadline(timeout):
+            _run_test(spec, channel)
     except SampleLoadFailed as error:
         return {"outcome": "error", "origin": "load", **_facts(error.facts)}
     except SampleGone:
@@ -520,6 +508,27 @@ def judge(spec: dict[str, Any], channel: SampleChannel) -> dict[str, Any]:
             return {"outcome": "error", "origin": "judge", "type": "MemoryError", "msg": ""}
         return {"outcome": "failed", "type": type(error).__name__, "msg": _message(error)}
     return {"outcome": "passed"}
+
+
+def _run_test(spec: dict[str, Any], channel: SampleChannel) -> None:
+    # Every sample of a problem draws the same random inputs (the same
+    # test for every sample and every checkpoint), which also lets a plan
+    # of the test's calls hold from one sample to the next. (Imported
+    # here: this module is loaded in the sample's zygote too.)
+    importlib.import_module("random").seed(spec["seed"])
+    namespace = JudgeGlobals(channel, frozenset(spec.get("sample_names", ())))
+    if spec.get("prelude") is not None:
+        exec(spec["prelude"], namespace)
+        # The prompt declares the entry point without a body; the real one
+        # is the sample's.
+        namespace.pop(spec["entry_point"], None)
+    exec(spec["test"], namespace)
+    candidate = None if spec["entry_point"] == "None" else _entry(namespace, spec["entry_point"])
+    # ``dict.get`` skips __missing__: the check function must be the test's own.
+    check = dict.get(namespace, "check")
+    if not callable(check):
+        raise wire.ProtocolError("the test code defines no check()")
+    check(candidate)
 
 
 def _entry(namespace: JudgeGlobals, name: str) -> Any:
