@@ -2,8 +2,9 @@
 
 The worker's namespaces, read-only root and cgroup are set up once when the
 zygote starts (see ``jail``); what must differ per sample is applied here, in
-the child, between ``fork`` and the first line of sample code: a new session,
-a fixed file-descriptor layout, resource limits, and finally the loss of every
+the child, between ``fork`` and the first line of sample code (after a new
+session and the closing of every descriptor above 0-3, which the zygote put
+in place before the fork): resource limits, and finally the loss of every
 privilege (capabilities, or the uid itself) followed by the seccomp filter.
 The order matters: the filter forbids the calls made by the earlier steps.
 """
@@ -16,8 +17,6 @@ import resource
 import signal
 
 from . import linux
-
-_HIGH_FD = 200  # above anything the zygote itself holds
 
 
 class Confinement:
@@ -52,28 +51,6 @@ class Confinement:
         self.enter_cwd = enter_cwd  # False: the parent forked from inside ``cwd`` already
         self.dumpable = dumpable
         self.restore_sigint = restore_sigint
-
-
-def arrange_fds(layout: dict[int, int]) -> None:
-    """Make ``target -> source`` hold exactly and close every other descriptor.
-
-    Where a source is also a target, the sources are first moved above every
-    target so that a ``dup2`` can never overwrite a source that is still
-    needed; then everything above the layout is closed, so the child keeps
-    none of the zygote's control channels.
-    """
-    top = max(layout)
-    if min(layout.values()) > top:  # the usual case: no source is also a target
-        for target, source in layout.items():
-            os.dup2(source, target)
-        os.closerange(top + 1, 1 << 20)
-        return
-    staged = {}
-    for offset, (target, source) in enumerate(sorted(layout.items())):
-        staged[target] = os.dup2(source, _HIGH_FD + offset, inheritable=False)
-    for target, source in staged.items():
-        os.dup2(source, target, inheritable=True)
-    os.closerange(top + 1, 1 << 20)
 
 
 def apply(plan: Confinement) -> None:

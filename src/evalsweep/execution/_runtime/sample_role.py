@@ -62,13 +62,22 @@ class SampleRole:
             keep=limits["output_keep"],
             judge_done=judge_done,
         )
-        theirs = (out_write, err_write, *fds[:1], *fds[2:])
+        # The child's descriptors are put in place here, before the fork: 0 is
+        # always /dev/null in this process, 1 and 2 become the output pipes and
+        # 3 the judge's channel (this process keeps its own above them, see
+        # Zygote). The child then only closes everything above; done there,
+        # the same work would cost it page faults on a path it has never run.
+        os.dup2(out_write, 1)
+        os.dup2(err_write, 2)
+        if rpc_fd is not None:
+            os.dup2(rpc_fd, 3)
+        for fd in (out_write, err_write, *fds[:1], *fds[2:]):
+            os.close(fd)
         started = time.monotonic()
         pid = os.fork()
         if pid == 0:
-            self._become_sample(message, plan, rpc_fd, out_write, err_write)
-        for fd in theirs:
-            os.close(fd)
+            self._become_sample(message, plan, rpc_fd is not None)
+        self._zygote.restore_stdio(rpc_fd is not None)
         pidfd = os.pidfd_open(pid)
         seen = watcher.watch(pid, pidfd, started)
         # The zygote keeps no copy of the program: the next sample is forked
@@ -84,25 +93,21 @@ class SampleRole:
         return facts_of(message["id"], seen, clean)
 
     def _become_sample(
-        self,
-        message: dict[str, Any],
-        plan: confine.Confinement,
-        rpc_fd: int | None,
-        out_write: int,
-        err_write: int,
+        self, message: dict[str, Any], plan: confine.Confinement, has_channel: bool
     ) -> NoReturn:
-        """In the child: fixed descriptors, confinement, then the program."""
+        """In the child: descriptors 0-3 are in place; close the rest, confine, run."""
         try:
             os.setsid()
             program_size, stdin_size = message["program_size"], message["stdin_size"]
             source = bytes(self._buffer[:program_size]).decode("utf-8", "surrogatepass")
-            stdin_fd = self._zygote.devnull
             if stdin_size:
                 path = os.path.join(plan.cwd, ".stdin")
                 with open(path, "wb") as handle:
                     handle.write(self._buffer[program_size : program_size + stdin_size])
                 stdin_fd = os.open(path, os.O_RDONLY)
                 os.unlink(path)
+                os.dup2(stdin_fd, 0)
+                os.close(stdin_fd)
             del self._buffer[:]
             argv = None
             if message["language"] != "python":
@@ -110,10 +115,8 @@ class SampleRole:
                 with open(path, "w", encoding="utf-8", errors="surrogatepass") as handle:
                     handle.write(source)
                 argv = [*message["interpreter"], path]
-            layout = {0: stdin_fd, 1: out_write, 2: err_write}
-            if rpc_fd is not None:
-                layout[3] = rpc_fd
-            confine.arrange_fds(layout)
+            # None of the zygote's own descriptors stays open in the sample.
+            os.closerange(4 if has_channel else 3, 1 << 20)
             confine.apply(plan)
         except BaseException as error:
             with contextlib.suppress(BaseException):

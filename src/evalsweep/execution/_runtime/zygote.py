@@ -21,6 +21,7 @@ inherits its parent's whole memory.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import gc
 import importlib
 import os
@@ -63,7 +64,21 @@ class Zygote:
         self.sample_seccomp: linux.SeccompProgram | None = None
         self.two_ids = False  # samples get their own uid inside the user namespace
         self._ask_for_map: Any = lambda: False
-        self.devnull = os.open(os.devnull, os.O_RDWR)
+        # Descriptors 0-3 are the samples' (see SampleRole.run); this
+        # process's own live above them. Between samples 0, 1 and 3 hold
+        # /dev/null (so that no new descriptor lands there) and 2 the log the
+        # parent gave us, kept in ``stderr`` to be put back after each fork.
+        self.devnull = _above_stdio(os.open(os.devnull, os.O_RDWR))
+        self.stderr = _above_stdio(os.dup(2))
+        for fd in (0, 1, 3):
+            os.dup2(self.devnull, fd)
+
+    def restore_stdio(self, channel: bool) -> None:
+        """After a fork: our own 1 and 2 again, and no copy of the sample's channel."""
+        os.dup2(self.devnull, 1)
+        os.dup2(self.stderr, 2)
+        if channel:
+            os.dup2(self.devnull, 3)
 
     def note(self, layer: str, active: bool, detail: str = "") -> None:
         self.layers[layer] = [active, detail]
@@ -275,6 +290,13 @@ class Zygote:
                 os._exit(3)  # something survived SIGKILL: let the parent replace us
 
 
+def _above_stdio(fd: int) -> int:
+    """``fd`` moved to the lowest free descriptor from 10 up."""
+    moved = fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 10)
+    os.close(fd)
+    return moved
+
+
 def _ask(ask: int, answer: int) -> bool:
     """Zygote side: ask the bootstrap for the two-id map; True if it wrote it."""
     os.write(ask, b"m")
@@ -286,7 +308,7 @@ def _ask(ask: int, answer: int) -> bool:
 
 def main() -> NoReturn:
     args = sys.argv[1:]
-    control_fd = int(args[args.index("--control-fd") + 1])
+    control_fd = _above_stdio(int(args[args.index("--control-fd") + 1]))
     # No parent-death signal here: the parent is a thread of the caller's
     # process, and Linux sends it when that *thread* exits. The zygote notices
     # the caller's death as end-of-file on the control socket instead.
