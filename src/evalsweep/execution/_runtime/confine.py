@@ -36,8 +36,7 @@ class Confinement:
         seccomp: linux.SeccompProgram | None = None,
         no_new_privs: bool = True,
         oom_score_adj: int | None = 1000,
-        cwd: str = "/",
-        enter_cwd: bool = True,
+        cwd: str | None = "/",
         dumpable: bool = True,
         restore_sigint: bool = True,
     ) -> None:
@@ -47,8 +46,7 @@ class Confinement:
         self.seccomp = seccomp
         self.no_new_privs = no_new_privs
         self.oom_score_adj = oom_score_adj
-        self.cwd = cwd
-        self.enter_cwd = enter_cwd  # False: the parent forked from inside ``cwd`` already
+        self.cwd = cwd  # None: stay where the parent forked (it entered the place itself)
         self.dumpable = dumpable
         self.restore_sigint = restore_sigint
 
@@ -58,7 +56,7 @@ def apply(plan: Confinement) -> None:
     if plan.oom_score_adj is not None:
         with contextlib.suppress(OSError):  # without /proc the cgroup limit still applies
             linux.write_file("/proc/self/oom_score_adj", str(plan.oom_score_adj))
-    if plan.enter_cwd:
+    if plan.cwd is not None:
         os.chdir(plan.cwd)
     for which, soft, hard in plan.rlimits:
         resource.setrlimit(which, (soft, hard))

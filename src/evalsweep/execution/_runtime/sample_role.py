@@ -51,7 +51,7 @@ class SampleRole:
         os.chdir(scratch)
         out_read, out_write = os.pipe()
         err_read, err_write = os.pipe()
-        plan = self._plan(limits, scratch)
+        plan = self._plan(limits)
         # The second descriptor (function mode) closes when the judge is done.
         judge_done = fds[1] if len(fds) > 1 else None
         streams = {"stdout": out_read, "stderr": err_read}
@@ -76,8 +76,8 @@ class SampleRole:
         started = time.monotonic()
         pid = os.fork()
         if pid == 0:
-            self._become_sample(message, plan, rpc_fd is not None)
-        self._zygote.restore_stdio(rpc_fd is not None)
+            self._become_sample(message, plan, scratch, rpc_fd is not None)
+        self._zygote.restore_stdio()
         pidfd = os.pidfd_open(pid)
         seen = watcher.watch(pid, pidfd, started)
         # The zygote keeps no copy of the program: the next sample is forked
@@ -93,7 +93,7 @@ class SampleRole:
         return facts_of(message["id"], seen, clean)
 
     def _become_sample(
-        self, message: dict[str, Any], plan: confine.Confinement, has_channel: bool
+        self, message: dict[str, Any], plan: confine.Confinement, scratch: str, has_channel: bool
     ) -> NoReturn:
         """In the child: descriptors 0-3 are in place; close the rest, confine, run."""
         try:
@@ -101,7 +101,7 @@ class SampleRole:
             program_size, stdin_size = message["program_size"], message["stdin_size"]
             source = bytes(self._buffer[:program_size]).decode("utf-8", "surrogatepass")
             if stdin_size:
-                path = os.path.join(plan.cwd, ".stdin")
+                path = os.path.join(scratch, ".stdin")
                 with open(path, "wb") as handle:
                     handle.write(self._buffer[program_size : program_size + stdin_size])
                 stdin_fd = os.open(path, os.O_RDONLY)
@@ -111,7 +111,7 @@ class SampleRole:
             del self._buffer[:]
             argv = None
             if message["language"] != "python":
-                path = os.path.join(plan.cwd, message["file_name"])
+                path = os.path.join(scratch, message["file_name"])
                 with open(path, "w", encoding="utf-8", errors="surrogatepass") as handle:
                     handle.write(source)
                 argv = [*message["interpreter"], path]
@@ -130,22 +130,22 @@ class SampleRole:
 
     # -- confinement plans and scratch space ----------------------------------------------
 
-    def _plan(self, limits: dict[str, Any], cwd: str) -> confine.Confinement:
-        """The child's confinement, built before the fork (cached per limits)."""
-        if not self._zygote.namespaces:  # a new scratch directory every time
-            return self._new_plan(limits, cwd)
-        key = (cwd, *sorted(limits.items()))
+    def _plan(self, limits: dict[str, Any]) -> confine.Confinement:
+        """The child's confinement, built before the fork (cached per limits).
+
+        It holds no working directory: the child starts in its scratch space
+        because the zygote forks it from there.
+        """
+        key = tuple(sorted(limits.items()))
         plan = self._plans.get(key)
         if plan is None:
-            plan = self._plans[key] = self._new_plan(limits, cwd)
+            plan = self._plans[key] = self._new_plan(limits)
         return plan
 
-    def _new_plan(self, limits: dict[str, Any], cwd: str) -> confine.Confinement:
+    def _new_plan(self, limits: dict[str, Any]) -> confine.Confinement:
         z = self._zygote
         if z.config["unsafe"]:
-            return confine.Confinement(
-                no_new_privs=False, oom_score_adj=None, cwd=cwd, enter_cwd=False
-            )
+            return confine.Confinement(no_new_privs=False, oom_score_adj=None, cwd=None)
         rlimits = confine.rlimits_for(
             address_space=limits["address_space"],
             file_size=limits["file_size"],
@@ -167,8 +167,7 @@ class SampleRole:
                 no_new_privs=not inherited,
                 oom_score_adj=None if inherited else 1000,
                 restore_sigint=False,
-                cwd=cwd,
-                enter_cwd=False,
+                cwd=None,
             )
         return confine.Confinement(
             rlimits=rlimits,
@@ -177,8 +176,7 @@ class SampleRole:
             seccomp=z.sample_seccomp if inherited else z.seccomp,
             no_new_privs=not inherited,
             oom_score_adj=None if inherited else 1000,
-            cwd=cwd,
-            enter_cwd=False,
+            cwd=None,
         )
 
     def _new_scratch(self, limits: dict[str, Any]) -> str:

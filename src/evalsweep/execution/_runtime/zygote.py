@@ -73,12 +73,11 @@ class Zygote:
         for fd in (0, 1, 3):
             os.dup2(self.devnull, fd)
 
-    def restore_stdio(self, channel: bool) -> None:
+    def restore_stdio(self) -> None:
         """After a fork: our own 1 and 2 again, and no copy of the sample's channel."""
         os.dup2(self.devnull, 1)
         os.dup2(self.stderr, 2)
-        if channel:
-            os.dup2(self.devnull, 3)
+        os.dup2(self.devnull, 3)
 
     def note(self, layer: str, active: bool, detail: str = "") -> None:
         self.layers[layer] = [active, detail]
