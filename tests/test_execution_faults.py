@@ -9,9 +9,16 @@ import sys
 import threading
 import time
 
-from evalsweep.execution import ExecutionRequest, ExecutionService, FunctionTest, Limits
-from evalsweep.execution._service import group_by_test, make_slices
+from evalsweep.execution import (
+    ExecutionRequest,
+    ExecutionResult,
+    ExecutionService,
+    FunctionTest,
+    Limits,
+)
+from evalsweep.execution._service import _JobQueue, group_by_test, make_slices
 from evalsweep.execution._types import MAX_TRANSFER_BYTES
+from evalsweep.execution._worker import _Flight, _send_ahead
 
 ADD = "def add(a, b):\n    return a + b\n"
 ADD_TEST = FunctionTest("def check(candidate):\n    assert candidate(2, 3) == 5\n", "add")
@@ -119,6 +126,84 @@ def test_a_worker_hands_the_unsent_back_of_its_slice_to_an_idle_one() -> None:
     # Two samples were in flight and four unsent: the back two went to the idle worker.
     assert offered[0] == [4, 5]
     assert done == [0, 1, 2, 3]
+
+
+SLEEPY_TEST = FunctionTest(
+    "def check(candidate):\n    assert candidate(2, 3) == 5\n    assert candidate(1, 1) == 2\n",
+    "add",
+)
+
+
+def _sleepy_add(seconds: float) -> str:
+    return f"import time\ndef add(a, b):\n    time.sleep({seconds / 2})\n    return a + b\n"
+
+
+def test_a_worker_keeps_one_more_sample_of_a_test_found_long_and_hands_off_the_rest() -> None:
+    with ExecutionService(workers=1, limits=Limits(timeout=5.0)) as service:
+        worker = service._pool[0]
+        long = [ExecutionRequest(_sleepy_add(0.2), test=SLEEPY_TEST, key=f"L{i}") for i in range(3)]
+        quick = [ExecutionRequest(ADD, test=ADD_TEST, key=f"Q{i}") for i in range(2)]
+        items = list(enumerate([*long, *quick]))
+        costs: dict[object, float] = {}
+        done: list[int] = []
+        handed: list[list[int]] = []
+
+        def emit(index: int, result: ExecutionResult) -> None:
+            done.append(index)
+            costs[items[index][1].test] = result.wall_seconds
+
+        def hand_off(rest: list[tuple[int, ExecutionRequest]]) -> bool:
+            handed.append([index for index, _ in rest])
+            return True
+
+        worker.run_slice(items, emit, expected_cost=lambda r: costs.get(r.test), hand_off=hand_off)
+    # The first long sample told its cost; the worker ran the second itself
+    # and handed the third to whichever worker is free first.
+    assert handed == [[2]]
+    assert done == [0, 1, 3, 4]
+
+
+def test_while_a_long_sample_runs_its_worker_offers_the_unsent_ones_to_idle_workers() -> None:
+    with ExecutionService(workers=1, limits=Limits(timeout=5.0)) as service:
+        worker = service._pool[0]
+        requests = [ExecutionRequest(_sleepy_add(0.6), test=SLEEPY_TEST, key="long")]
+        requests += [ExecutionRequest(ADD, test=ADD_TEST, key=f"Q{i}") for i in range(4)]
+        events: list[tuple[str, list[int]]] = []
+
+        def share(rest: list[tuple[int, ExecutionRequest]]) -> bool:
+            events.append(("offered", [index for index, _ in rest]))
+            return len(events) == 1  # an idle worker takes the first offer only
+
+        worker.run_slice(
+            list(enumerate(requests)),
+            lambda index, result: events.append(("done", [index])),
+            share=share,
+        )
+    # Offered while the long sample still ran, not once it had finished.
+    assert events[0] == ("offered", [3, 4])
+    assert [index for what, indexes in events if what == "done" for index in indexes] == [0, 1, 2]
+
+
+def test_requests_go_ahead_of_a_running_one_only_when_it_is_known_to_be_short() -> None:
+    other = FunctionTest("def check(candidate):\n    assert candidate(1, 1) == 2\n", "add")
+    running = _Flight(0, ExecutionRequest(ADD, test=ADD_TEST), 1, Limits(), True, 0.0)
+    same, different = (
+        (1, ExecutionRequest(ADD, test=ADD_TEST)),
+        (1, ExecutionRequest(ADD, test=other)),
+    )
+    assert _send_ahead(running, same, None)  # nothing known: as before, always
+    assert not _send_ahead(running, same, lambda _: None)  # its cost is about to be known
+    assert _send_ahead(running, different, lambda _: None)
+    assert _send_ahead(running, same, lambda _: 0.005)
+    assert not _send_ahead(running, different, lambda _: 0.5)
+
+
+def test_a_slice_handed_off_goes_ahead_of_every_queued_one() -> None:
+    jobs = _JobQueue()
+    jobs.put("first queued")  # type: ignore[arg-type]
+    jobs.put_first("handed off")  # type: ignore[arg-type]
+    jobs.put(None)
+    assert [jobs.get(), jobs.get(), jobs.get()] == ["handed off", "first queued", None]
 
 
 def test_a_failing_callback_stops_the_batch_instead_of_running_it_all() -> None:

@@ -134,6 +134,20 @@ def group_by_test(
     return [items[position] for position in order]
 
 
+Task = tuple["_Job", list[tuple[int, ExecutionRequest]]]
+
+
+class _JobQueue(queue.Queue[Task | None]):
+    """The slices waiting for a worker, first in first out; ``None`` stops a worker."""
+
+    def put_first(self, task: Task) -> None:
+        """Queue ``task`` ahead of all the others (see ``ExecutionService._hand_off``)."""
+        with self.not_full:  # as Queue.put does, for a queue without a size limit
+            self.queue.appendleft(task)
+            self.unfinished_tasks += 1
+            self.not_empty.notify()
+
+
 @dataclass
 class _Job:
     """One ``run_many`` call: its slices, its callback, its completion count."""
@@ -209,9 +223,7 @@ class ExecutionService:
         self._preload = tuple(DEFAULT_PRELOAD if preload is None else preload)
         self._extra = tuple(extra_read_only)
         self._pool: list[Worker] = []
-        self._jobs: queue.Queue[tuple[_Job, list[tuple[int, ExecutionRequest]]] | None] = (
-            queue.Queue()
-        )
+        self._jobs = _JobQueue()
         self._threads: list[threading.Thread] = []
         self._report: SandboxReport | None = None
         self._started = False
@@ -346,7 +358,7 @@ class ExecutionService:
             pool, self._pool = list(self._pool), []
         for worker in pool:
             worker.close()
-        self._jobs = queue.Queue()  # sentinels of stand-ins that retired early
+        self._jobs = _JobQueue()  # sentinels of stand-ins that retired early
         shutil.rmtree(self._scratch_parent, ignore_errors=True)
         self._started = False
 
@@ -452,9 +464,18 @@ class ExecutionService:
             def share(rest: list[tuple[int, ExecutionRequest]], job: _Job = job) -> bool:
                 return self._share(job, rest)
 
+            def hand_off(long: list[tuple[int, ExecutionRequest]], job: _Job = job) -> bool:
+                return self._hand_off(job, long)
+
             try:
                 worker.run_slice(
-                    piece, emit, should_stop=job.is_cancelled, on_slow=on_slow, share=share
+                    piece,
+                    emit,
+                    should_stop=job.is_cancelled,
+                    on_slow=on_slow,
+                    share=share,
+                    expected_cost=self._expected_cost,
+                    hand_off=hand_off,
                 )
             except BaseException as error:  # the worker cannot be restarted
                 lost = Verdict("error", "worker lost", f"{type(error).__name__}: {error}")
@@ -475,6 +496,13 @@ class ExecutionService:
         mean, count = self._costs.get(key, (0.0, 0))
         count = min(count + 1, _COST_MEMORY)
         self._costs[key] = (mean + (cost - mean) / count, count)
+
+    def _expected_cost(self, request: ExecutionRequest) -> float | None:
+        """The running mean cost of ``request``'s test so far (None: not seen yet)."""
+        if request.test is None:
+            return None
+        known = self._costs.get(judge_key(request))
+        return known[0] if known is not None else None
 
     def _longest_first(
         self, slices: list[list[tuple[int, ExecutionRequest]]]
@@ -523,6 +551,19 @@ class ExecutionService:
         if not job.shareable or self._idle <= 0 or not self._jobs.empty() or job.cancelled:
             return False
         self._jobs.put((job, rest))
+        return True
+
+    def _hand_off(self, job: _Job, long: list[tuple[int, ExecutionRequest]]) -> bool:
+        """Queue each of ``long`` as a slice of its own, ahead of every other slice.
+
+        A worker found these among its unsent samples once their test proved
+        long: run one after another there, they would keep the batch waiting
+        on that worker; spread out, they run side by side.
+        """
+        if not job.shareable or job.cancelled:
+            return False
+        for item in reversed(long):
+            self._jobs.put_first((job, [item]))
         return True
 
     # -- stand-ins for workers held by slow samples -------------------------------------------

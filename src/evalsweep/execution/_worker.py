@@ -14,6 +14,7 @@ import dataclasses
 import functools
 import hashlib
 import itertools
+import math
 import os
 import socket
 import time
@@ -37,9 +38,18 @@ from ._types import (
 )
 
 _PIPELINE_DEPTH = 2
+# A request is sent behind one still running only if that one is expected to
+# take less than this (seconds of wall time): sending ahead saves the zygote a
+# short wait, but a request sent cannot be handed to an idle worker any more.
+_PIPELINE_COST = 0.02
+# When a sample of a test costs this much (seconds of wall time), the worker
+# keeps one more of that test's samples and hands the others it holds to the
+# other workers, instead of running them one after another.
+_SPREAD_COST = 0.05
 _REPLY_GRACE = 10.0  # seconds beyond a sample's longest run before a zygote counts as hung
 _JUDGE_GRACE = 2.0
 _SLOW_GRACE = 0.25  # seconds past its timeout before a sample counts as slow
+_SHARE_POLL = 0.01  # seconds between offers of unsent requests while a sample runs
 _FILE_NAMES = {"python": "main.py", "javascript": "main.js", "bash": "main.sh"}
 
 Emit = Callable[[int, ExecutionResult], None]
@@ -49,6 +59,11 @@ Emit = Callable[[int, ExecutionResult], None]
 OnSlow = Callable[[list[tuple[int, ExecutionRequest]]], Callable[[], None]]
 # Offered requests the worker has not sent yet; True if it took them.
 Share = Callable[[list[tuple[int, ExecutionRequest]]], bool]
+# What a request is expected to cost in seconds of wall time (None: unknown).
+ExpectedCost = Callable[[ExecutionRequest], float | None]
+# Takes requests found to be long, for whichever worker is free first to run
+# next, one each; True if it took them.
+HandOff = Callable[[list[tuple[int, ExecutionRequest]]], bool]
 
 
 @dataclass(frozen=True)
@@ -206,6 +221,8 @@ class Worker:
         should_stop: Callable[[], bool] = lambda: False,
         on_slow: OnSlow | None = None,
         share: Share | None = None,
+        expected_cost: ExpectedCost | None = None,
+        hand_off: HandOff | None = None,
     ) -> None:
         """Run ``items`` in order, calling ``emit`` as each result is known.
 
@@ -215,6 +232,10 @@ class Worker:
         requests not yet sent, so that they need not wait for it. Between
         samples, ``share`` is offered the back half of the requests not yet
         sent; if it takes them (another worker is idle), they are dropped here.
+        A request is sent ahead, behind the one running, only when
+        ``expected_cost`` says the running one is short (see ``_send_ahead``);
+        when a test turns out long, its other unsent samples but one go to
+        ``hand_off``.
         """
         queue = collections.deque(items)
         inflight: collections.deque[_Flight] = collections.deque()
@@ -223,11 +244,14 @@ class Worker:
             if should_stop():
                 queue.clear()
             if share is not None and queue and inflight:
-                keep = len(queue) // 2
-                if share(list(queue)[keep:]):
-                    for _ in range(len(queue) - keep):
-                        queue.pop()
-            while queue and len(inflight) < _PIPELINE_DEPTH:
+                _offer_back_half(queue, share)
+            while queue and (
+                not inflight
+                or (
+                    len(inflight) < _PIPELINE_DEPTH
+                    and _send_ahead(inflight[-1], queue[0], expected_cost)
+                )
+            ):
                 index, request = queue.popleft()
                 refusal = self._refusal(request)
                 if refusal is not None:
@@ -242,12 +266,7 @@ class Worker:
             if not inflight:
                 continue
             flight = inflight[0]
-            over = None
-            if on_slow is not None and self.sample_box is not None:
-                slow_at = max(flight.started, head_since) + flight.limits.timeout + _SLOW_GRACE
-                if not self.sample_box.has_reply(slow_at):
-                    over = on_slow(list(queue))
-                    queue.clear()
+            over = self._await_head(flight, head_since, queue, on_slow, share)
             try:
                 sample, judge = self._collect(flight)
             except SandboxBroken as error:
@@ -259,8 +278,43 @@ class Worker:
             head_since = time.monotonic()
             inflight.popleft()
             emit(flight.index, self._result(flight, sample, judge))
+            if hand_off is not None and expected_cost is not None:
+                _spread_long(flight.request, queue, expected_cost, hand_off)
             if sample.get("unclean"):
                 self._recover(inflight, queue, None, "a process survived SIGKILL")
+
+    def _await_head(
+        self,
+        flight: _Flight,
+        head_since: float,
+        queue: collections.deque[tuple[int, ExecutionRequest]],
+        on_slow: OnSlow | None,
+        share: Share | None,
+    ) -> Callable[[], None] | None:
+        """Wait until the sample at the head has replied, overrun, or cannot be watched.
+
+        While it runs, the requests not yet sent are offered to idle workers
+        every ``_SHARE_POLL`` seconds: a long sample (one of unknown cost, at
+        the start of a batch) would otherwise hold them back while the other
+        workers run out of work. If it overruns its timeout, ``on_slow`` takes
+        them all, and its return value is returned.
+        """
+        if self.sample_box is None:
+            return None
+        slow_at = math.inf
+        if on_slow is not None:
+            slow_at = max(flight.started, head_since) + flight.limits.timeout + _SLOW_GRACE
+        while True:
+            polling = share is not None and bool(queue)
+            until = min(slow_at, time.monotonic() + _SHARE_POLL) if polling else slow_at
+            if until == math.inf or self.sample_box.has_reply(until):
+                return None
+            if on_slow is not None and time.monotonic() >= slow_at:
+                over = on_slow(list(queue))
+                queue.clear()
+                return over
+            if share is not None and queue:
+                _offer_back_half(queue, share)
 
     def _refusal(self, request: ExecutionRequest) -> Verdict | None:
         size = len(request.program.encode("utf-8", "surrogatepass")) + len(request.stdin)
@@ -425,6 +479,55 @@ class Worker:
             stdout_bytes=int(sample.get("stdout_bytes", 0)),
             stderr_bytes=int(sample.get("stderr_bytes", 0)),
         )
+
+
+def _offer_back_half(queue: collections.deque[tuple[int, ExecutionRequest]], share: Share) -> None:
+    """Hand the back half of ``queue`` (all of it when one is left) to ``share`` if it takes it."""
+    keep = len(queue) // 2
+    if share(list(queue)[keep:]):
+        for _ in range(len(queue) - keep):
+            queue.pop()
+
+
+def _spread_long(
+    done: ExecutionRequest,
+    queue: collections.deque[tuple[int, ExecutionRequest]],
+    expected_cost: ExpectedCost,
+    hand_off: HandOff,
+) -> None:
+    """If ``done``'s test is long, hand off its unsent samples in ``queue`` but the first.
+
+    Samples of one test are kept together (so one judge compiles the test), but
+    when each takes long, running them one after another on one worker makes
+    the batch wait for that worker alone.
+    """
+    if done.test is None or (expected_cost(done) or 0.0) < _SPREAD_COST:
+        return
+    same = [position for position, item in enumerate(queue) if item[1].test == done.test][1:]
+    if not same or not hand_off([queue[position] for position in same]):
+        return
+    for position in reversed(same):
+        del queue[position]
+
+
+def _send_ahead(
+    running: _Flight, following: tuple[int, ExecutionRequest], expected_cost: ExpectedCost | None
+) -> bool:
+    """Whether to send ``following`` to the zygotes while ``running`` still runs.
+
+    Once sent, a request waits for the one ahead of it, however long that
+    takes, where unsent it could go to a worker with nothing to do. So it
+    goes ahead only behind a request known to be short; behind one of
+    unknown cost, only if it is not of the same test (whose cost the one
+    running is about to tell).
+    """
+    if expected_cost is None:
+        return True
+    cost = expected_cost(running.request)
+    if cost is not None:
+        return cost < _PIPELINE_COST
+    request = following[1]
+    return running.request.test is None or request.test != running.request.test
 
 
 _services = itertools.count()
