@@ -27,6 +27,7 @@ from __future__ import annotations
 import ast
 import builtins
 import functools
+import threading
 import warnings
 from typing import Any
 
@@ -185,13 +186,25 @@ def _check_function(module: ast.Module) -> ast.FunctionDef | None:
     return found
 
 
-def _parse(source: str) -> ast.Module | None:
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            return ast.parse(source)
-    except (SyntaxError, ValueError, MemoryError, RecursionError):
-        return None
+# CPython 3.11 keeps the AST constructor's recursion count per interpreter, not
+# per thread: when two threads build AST objects at once (a garbage collection
+# in one can hand the GIL to the other mid-tree), one of them may fail with
+# "SystemError: AST constructor recursion depth mismatch" (python/cpython#106905).
+# The service's worker threads predict calls concurrently, so parsing is
+# serialised here; the SystemError is still caught for parses elsewhere in the
+# process (another library's thread), since a prediction is only a saving.
+_PARSE_LOCK = threading.Lock()
+
+
+def parse_python(source: str) -> ast.Module | None:
+    """``source``'s syntax tree, or None if it cannot be had (no warnings shown)."""
+    with _PARSE_LOCK:
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                return ast.parse(source)
+        except (SyntaxError, ValueError, MemoryError, RecursionError, SystemError):
+            return None
 
 
 def _bound_names(module: ast.Module) -> set[str]:
@@ -256,7 +269,7 @@ def predicted_calls(
     sample); other names count as the sample's only if neither the test nor
     the prelude (which the judge runs first) binds them.
     """
-    module = _parse(test)
+    module = parse_python(test)
     check = _check_function(module) if module is not None else None
     if module is None or check is None:
         return ()
@@ -271,7 +284,7 @@ def predicted_calls(
         return ()  # the test may call the sample before check does
     theirs = _bound_names(module)
     if prelude is not None:
-        prelude_module = _parse(prelude)
+        prelude_module = parse_python(prelude)
         if prelude_module is None:
             return ()
         theirs |= _bound_names(prelude_module) - {entry_point}

@@ -37,6 +37,7 @@ from typing import Any
 
 from evalsweep.errors import DataError
 
+from ._predict import parse_python
 from ._types import ExecutionRequest, FunctionTest, Language
 
 
@@ -135,11 +136,8 @@ def _defined_functions(code: Any) -> tuple[str, ...]:
     """Top-level function names of MBPP's reference solution."""
     if not isinstance(code, str):
         return ()
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            tree = ast.parse(code)
-    except SyntaxError:
+    tree = parse_python(code)
+    if tree is None:
         return ()
     return tuple(
         node.name for node in tree.body if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
