@@ -520,9 +520,8 @@ class ExecutionService:
         default = statistics.median(mean for mean, _ in known.values())
 
         def cost(request: ExecutionRequest) -> float:
-            if request.test is None:
-                return default
-            return known.get(judge_key(request), (default, 0))[0]
+            expected = self._expected_cost(request)
+            return default if expected is None else expected
 
         costed = [[(cost(item[1]), item) for item in piece] for piece in slices]
         typical = statistics.median(expected for piece in costed for expected, _ in piece)
