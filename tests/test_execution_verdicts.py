@@ -1,4 +1,8 @@
-"""Verdicts of ordinary (not hostile) programs, through the real sandbox."""
+"""Verdicts of ordinary (not hostile) programs, through the real sandbox.
+
+Every test runs under both per-sample loops of the sample zygote (C and
+Python), which must give the same verdicts and observations.
+"""
 
 from __future__ import annotations
 
@@ -19,9 +23,12 @@ from evalsweep.execution import (
 ADD_TEST = FunctionTest("def check(candidate):\n    assert candidate(2, 3) == 5\n", "add")
 
 
-@pytest.fixture(scope="module")
-def service() -> Iterator[ExecutionService]:
-    with ExecutionService(workers=2, limits=Limits(timeout=2.0)) as running:
+@pytest.fixture(scope="module", params=["C", "Python"], ids=["C-loop", "Python-loop"])
+def service(request: pytest.FixtureRequest) -> Iterator[ExecutionService]:
+    with ExecutionService(
+        workers=2, limits=Limits(timeout=2.0), native_loop=request.param == "C"
+    ) as running:
+        assert running.report.sample_loop == request.param
         yield running
 
 

@@ -7,6 +7,10 @@ its pid namespace) and still passed, and that no planted secret appears in
 any output or verdict. After the whole batch it checks the host: no process
 of the sandbox's users besides the zygotes, nothing written where the samples
 tried to write.
+
+The batch runs twice: once under the C per-sample loop of the sample zygote
+and once under the Python one (the same protocol and the same duties, and
+each the only line of defence where it serves).
 """
 
 from __future__ import annotations
@@ -88,7 +92,9 @@ def _sandbox_users_processes(uids: set[int]) -> dict[int, str]:
 class Batch:
     """The results of running every case once, with its follow-up sample."""
 
-    def __init__(self) -> None:
+    def __init__(self, loop: str) -> None:
+        self.loop = loop
+        self.loop_served = ""
         # Host files live under the home directory, not /tmp: inside the
         # sandbox /tmp is the sample's own scratch space, where writing is fine.
         home = Path(os.path.expanduser("~"))
@@ -116,7 +122,10 @@ class Batch:
         self.cwd_canary.write_text(CANARY)
         os.environ["EVALSWEEP_HOSTILE_CANARY"] = CANARY
         try:
-            with ExecutionService(workers=2, limits=LIMITS) as service:
+            with ExecutionService(
+                workers=2, limits=LIMITS, native_loop=self.loop == "C"
+            ) as service:
+                self.loop_served = service.report.sample_loop
                 follow_up = ExecutionRequest(
                     NEXT_SAMPLE, test=FunctionTest(DEFAULT_TEST, "f"), key="next"
                 )
@@ -147,9 +156,9 @@ class Batch:
         shutil.rmtree(self.host_dir, ignore_errors=True)
 
 
-@pytest.fixture(scope="module")
-def batch() -> Iterator[Batch]:
-    result = Batch()
+@pytest.fixture(scope="module", params=["C", "Python"], ids=["C-loop", "Python-loop"])
+def batch(request: pytest.FixtureRequest) -> Iterator[Batch]:
+    result = Batch(request.param)
     try:
         result.run()
         yield result
@@ -179,6 +188,12 @@ def test_hostile_sample_gets_its_verdict_and_harms_nothing(batch: Batch, case: C
             assert marker not in text
     # The next sample on the same worker ran, found no leftovers and passed.
     assert follow_up.verdict.status == "passed", follow_up.verdict
+
+
+def test_the_batch_ran_under_the_loop_it_names(batch: Batch) -> None:
+    # The C loop is built with the package (``setup.py``); without it every
+    # sample would silently take the Python loop and this half would be a copy.
+    assert batch.loop_served == batch.loop
 
 
 def test_no_worker_was_replaced(batch: Batch) -> None:

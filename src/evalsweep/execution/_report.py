@@ -53,7 +53,8 @@ def build_report(
             layers[name] = Layer(
                 name, False, "reported by the zygote but not observed from inside a sample"
             )
-    return SandboxReport(layers=tuple(layers.values()))
+    loop = worker.sample_box.info.loop if worker.sample_box is not None else ""
+    return SandboxReport(layers=tuple(layers.values()), sample_loop=loop)
 
 
 def probe(worker: Worker) -> dict[str, bool]:

@@ -145,6 +145,9 @@ class SandboxReport:
 
     layers: tuple[Layer, ...]
     unsafe: bool = False
+    # The sample zygotes' per-sample loop: "C" (where built, in a pid
+    # namespace) or "Python"; the same work either way, the C one cheaper.
+    sample_loop: str = ""
 
     @property
     def active(self) -> tuple[str, ...]:
@@ -158,7 +161,8 @@ class SandboxReport:
         if self.unsafe:
             return "UNSAFE: samples run without a sandbox"
         missing = ", ".join(self.missing) or "none"
-        return f"{len(self.active)} isolation layers active; missing: {missing}"
+        loop = f"; per-sample loop in {self.sample_loop}" if self.sample_loop else ""
+        return f"{len(self.active)} isolation layers active; missing: {missing}{loop}"
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,7 @@ import dataclasses
 import functools
 import hashlib
 import itertools
+import marshal
 import math
 import os
 import socket
@@ -26,6 +27,7 @@ from . import _verdict
 from ._cgroups import CgroupSupport, WorkerCgroup
 from ._predict import predicted_calls
 from ._rootfs import interpreter_for
+from ._runtime import control
 from ._runtime.supervise import WALL_FACTOR
 from ._sandbox import Sandbox, SandboxBroken, next_request_id
 from ._types import (
@@ -99,6 +101,12 @@ def zygote_limits(
         "output_keep": limits.output_keep_bytes if keep is None else keep,
         "max_frame": limits.max_value_bytes,
     }
+
+
+@functools.lru_cache(maxsize=256)
+def _marshalled_limits(limits: Limits, keep: int) -> bytes:
+    """A sample zygote's limits as sent: the same bytes every time for the same limits."""
+    return marshal.dumps(zygote_limits(limits, keep=keep))
 
 
 def _functions_under_test(request: ExecutionRequest) -> list[str]:
@@ -355,21 +363,23 @@ class Worker:
         if request.expected_stdout is not None:
             keep = max(keep, len(request.expected_stdout.encode("utf-8", "surrogatepass")) + 1)
         request_id = next_request_id()
-        message: dict[str, Any] = {
-            "op": "run",
-            "id": request_id,
-            "mode": "function" if request.test is not None else "program",
-            "language": request.language,
-            "program_size": len(program),
-            "stdin_size": len(request.stdin),
-            "timeout": limits.timeout,
-            "limits": zygote_limits(limits, keep=keep),
-            "file_name": _FILE_NAMES[request.language],
-            "interpreter": interpreter_for(request.language) or [],
-            "announce": _functions_under_test(request),
-        }
+        message = control.run_request(
+            request_id,
+            limits.timeout,
+            zygote_limits(limits, keep=keep),
+            _marshalled_limits(limits, keep),
+            {
+                "mode": "function" if request.test is not None else "program",
+                "language": request.language,
+                "file_name": _FILE_NAMES[request.language],
+                "interpreter": interpreter_for(request.language) or [],
+                "announce": _functions_under_test(request),
+            },
+            len(program),
+            len(request.stdin),
+        )
         if request.test is None:
-            self.sample_box.send(message, raw=program + request.stdin)
+            self.sample_box.send_body(message, raw=program + request.stdin)
             return _Flight(index, request, request_id, limits, False, time.monotonic())
         key = judge_key(request)
         if key not in self._tests:
@@ -408,7 +418,7 @@ class Worker:
                 "limits": zygote_limits(limits, judge=True),
             }
             self.judge_box.send(judge_message, fds=(judge_end.fileno(), done_write))
-            self.sample_box.send(
+            self.sample_box.send_body(
                 message, fds=(sample_end.fileno(), done_read), raw=program + request.stdin
             )
         finally:

@@ -2,7 +2,8 @@
 
 This is the hot path of the whole service, run once per sample:
 
-1. read the program into a reusable buffer and mount a fresh scratch tmpfs;
+1. read the request and the program into reusable buffers and mount a fresh
+   scratch tmpfs;
 2. fork; the child arranges its descriptors, confines itself (a plan built
    *before* the fork, so the child does as little as possible: every page it
    touches is copied) and runs the program;
@@ -10,16 +11,30 @@ This is the hot path of the whole service, run once per sample:
    output pipes until it exits, overruns its time or floods its output;
 4. everything the sample started is killed and reaped, the scratch unmounted,
    and plain facts (exit status, signal, times, output excerpts) go back.
+
+In a worker with its own pid namespace (the normal case) the loop is the C
+one in ``_sampleloop.c``: after each fork, every page the zygote writes costs
+a fault, and the Python loop below writes a few hundred. The Python loop
+serves where that module is not built, and is the only one without a pid
+namespace (a degraded machine, or the explicit unsafe mode). Both speak the
+binary protocol of ``control.RUN`` and ``control.RESULT``, and both hand the
+child to :meth:`SampleRole.become_sample`.
 """
 
 from __future__ import annotations
 
 import contextlib
+import marshal
 import os
 import time
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from . import confine, control, jail, sample, supervise
+
+try:
+    from . import _sampleloop  # type: ignore[attr-defined]
+except ImportError:  # not built (no C compiler where evalsweep was installed)
+    _sampleloop = None
 
 if TYPE_CHECKING:
     from .zygote import Zygote
@@ -27,39 +42,92 @@ if TYPE_CHECKING:
 SETUP_FAILED = 125
 
 
+def uses_native_loop(zygote: Zygote) -> bool:
+    """Whether the C loop serves: built, wanted, and this zygote its pid namespace's init."""
+    return (
+        _sampleloop is not None
+        and zygote.config.get("native_loop", True)
+        and zygote.namespaces
+        and os.getpid() == 1
+    )
+
+
 class SampleRole:
-    """Request ``run``: one sample, in function mode or program mode."""
+    """Serves sample requests, in function mode or program mode, until the parent hangs up."""
 
     def __init__(self, zygote: Zygote) -> None:
         self._zygote = zygote
         self._buffer = bytearray()
         self._plans: dict[tuple[Any, ...], confine.Confinement] = {}
+        self._prep = b""
+        self._limits: dict[str, Any] = {}
+        self._plan_now: confine.Confinement | None = None
         self._scratch_dir: str | None = None
+        self._scratch_now = "/tmp"
 
-    # -- the hot path -------------------------------------------------------------------
+    @property
+    def native(self) -> bool:
+        return uses_native_loop(self._zygote)
 
-    def run(self, message: dict[str, Any], fds: list[int]) -> dict[str, Any]:
+    def serve(self) -> NoReturn:
+        z = self._zygote
+        if self.native:
+            # Returns only by raising (a failed mount, fork or read), which
+            # ends this sandbox; the parent then starts another.
+            _sampleloop.serve(z.ctl.fileno(), z.devnull, z.stderr, self.prepare, self.become_sample)
+        while True:
+            body, fds = control.receive_body(z.ctl)
+            payload = self.run(body, fds)
+            control.send_payload(z.ctl, payload)
+            if payload[16]:  # unclean: something survived SIGKILL; let the parent replace us
+                os._exit(3)
+
+    def prepare(self, prep: bytes) -> None:
+        """New limits (marshal'd): the child's confinement plan, built before any fork."""
+        self._limits = marshal.loads(prep)
+        self._plan_now = self._plan(self._limits)
+        self._prep = bytes(prep)
+
+    # -- the Python loop ------------------------------------------------------------------
+
+    def run(self, body: bytearray, fds: list[int]) -> bytes:
         """Fork, confine and watch one sample; everything it started dies after."""
-        limits = message["limits"]
-        size = message["program_size"] + message["stdin_size"]
+        if len(body) < control.RUN.size or body[:4] != b"RUN1":
+            os._exit(0)  # anything else from the parent means: stop
+        (
+            _magic,
+            request_id,
+            timeout,
+            output_limit,
+            keep,
+            scratch_bytes,
+            scratch_inodes,
+            program_size,
+            stdin_size,
+            prep_size,
+        ) = control.RUN.unpack_from(body)
+        prep = body[control.RUN.size : control.RUN.size + prep_size]
+        message = bytes(body[control.RUN.size + prep_size :])
+        if prep != self._prep:
+            self.prepare(bytes(prep))
+        size = program_size + stdin_size
         control.receive_into(self._zygote.ctl, self._buffer, size)
         rpc_fd = fds[0] if fds else None
-        scratch = self._new_scratch(limits)
+        scratch = self._scratch_now = self._new_scratch(scratch_bytes, scratch_inodes)
         # Forked from inside the scratch space, the child starts there: one
         # system call less in the child, where every new code path costs
         # page faults, and one more here, where it is warm.
         os.chdir(scratch)
         out_read, out_write = os.pipe()
         err_read, err_write = os.pipe()
-        plan = self._plan(limits)
         # The second descriptor (function mode) closes when the judge is done.
         judge_done = fds[1] if len(fds) > 1 else None
         streams = {"stdout": out_read, "stderr": err_read}
         watcher = supervise.Watcher(
             streams,
-            timeout=message["timeout"],
-            output_limit=limits["output_limit"],
-            keep=limits["output_keep"],
+            timeout=timeout,
+            output_limit=output_limit,
+            keep=keep,
             judge_done=judge_done,
         )
         # The child's descriptors are put in place here, before the fork: 0 is
@@ -76,7 +144,16 @@ class SampleRole:
         started = time.monotonic()
         pid = os.fork()
         if pid == 0:
-            self._become_sample(message, plan, scratch, rpc_fd is not None)
+            try:
+                os.setsid()
+                # None of the zygote's own descriptors stays open in the sample.
+                os.closerange(4 if rpc_fd is not None else 3, 1 << 20)
+                program = bytes(self._buffer[:program_size])
+                stdin = bytes(self._buffer[program_size:size])
+                del self._buffer[:]
+            except BaseException:
+                os._exit(SETUP_FAILED)
+            self.become_sample(message, program, stdin, rpc_fd is not None)
         self._zygote.restore_stdio()
         pidfd = os.pidfd_open(pid)
         seen = watcher.watch(pid, pidfd, started)
@@ -84,48 +161,57 @@ class SampleRole:
         # from this memory.
         self._buffer[:size] = bytes(size)
         clean = supervise.reap_everything(pid, pid, seen)
-        supervise.drain_after(streams, seen, limits["output_limit"])
+        supervise.drain_after(streams, seen, output_limit)
         for fd in (pidfd, out_read, err_read):
             os.close(fd)
         if judge_done is not None:
             os.close(judge_done)
         self._drop_scratch()
-        return facts_of(message["id"], seen, clean)
+        out, err = seen.streams["stdout"], seen.streams["stderr"]
+        return control.result_payload(
+            request_id,
+            (seen.exited_by_itself, seen.timed_out, seen.stopped, seen.output_limit, not clean),
+            seen.status,
+            seen.wall,
+            seen.cpu,
+            seen.max_rss_kb,
+            (bytes(out.data), out.total),
+            (bytes(err.data), err.total),
+        )
 
-    def _become_sample(
-        self, message: dict[str, Any], plan: confine.Confinement, scratch: str, has_channel: bool
+    # -- the child (either loop) ----------------------------------------------------------
+
+    def become_sample(
+        self, message: bytes, program: bytes, stdin: bytes, has_channel: bool
     ) -> NoReturn:
-        """In the child: descriptors 0-3 are in place; close the rest, confine, run."""
+        """In the child: a new session, descriptors 0-3 only; confine, then run the program."""
         try:
-            os.setsid()
-            program_size, stdin_size = message["program_size"], message["stdin_size"]
-            source = bytes(self._buffer[:program_size]).decode("utf-8", "surrogatepass")
-            if stdin_size:
-                path = os.path.join(scratch, ".stdin")
+            request = marshal.loads(message)
+            source = program.decode("utf-8", "surrogatepass")
+            if stdin:
+                path = os.path.join(self._scratch_now, ".stdin")
                 with open(path, "wb") as handle:
-                    handle.write(self._buffer[program_size : program_size + stdin_size])
+                    handle.write(stdin)
                 stdin_fd = os.open(path, os.O_RDONLY)
                 os.unlink(path)
                 os.dup2(stdin_fd, 0)
                 os.close(stdin_fd)
-            del self._buffer[:]
             argv = None
-            if message["language"] != "python":
-                path = os.path.join(scratch, message["file_name"])
+            if request["language"] != "python":
+                path = os.path.join(self._scratch_now, request["file_name"])
                 with open(path, "w", encoding="utf-8", errors="surrogatepass") as handle:
                     handle.write(source)
-                argv = [*message["interpreter"], path]
-            # None of the zygote's own descriptors stays open in the sample.
-            os.closerange(4 if has_channel else 3, 1 << 20)
-            confine.apply(plan)
+                argv = [*request["interpreter"], path]
+            assert self._plan_now is not None
+            confine.apply(self._plan_now)
         except BaseException as error:
             with contextlib.suppress(BaseException):
                 os.write(2, f"evalsweep: sandbox setup failed: {error!r}\n".encode())
             os._exit(SETUP_FAILED)
         if argv is not None:
             sample.exec_interpreter(argv, dict(os.environ))
-        if message["mode"] == "function":
-            sample.serve_functions(source, 3, message["limits"]["max_frame"], message["announce"])
+        if request["mode"] == "function":
+            sample.serve_functions(source, 3, self._limits["max_frame"], request["announce"])
         sample.run_script(source)
 
     # -- confinement plans and scratch space ----------------------------------------------
@@ -179,9 +265,9 @@ class SampleRole:
             cwd=None,
         )
 
-    def _new_scratch(self, limits: dict[str, Any]) -> str:
+    def _new_scratch(self, size_bytes: int, inodes: int) -> str:
         if self._zygote.namespaces:
-            jail.mount_scratch(limits["scratch"], limits["scratch_inodes"])
+            jail.mount_scratch(size_bytes, inodes)
             return "/tmp"
         import tempfile  # only without namespaces: not worth a place in every fork
 
@@ -200,29 +286,3 @@ class SampleRole:
 
             shutil.rmtree(self._scratch_dir, ignore_errors=True)
             self._scratch_dir = None
-
-
-def facts_of(request_id: int, seen: supervise.Watch, clean: bool) -> dict[str, Any]:
-    """The plain observations the parent turns into a verdict."""
-    status = seen.status
-    out, err = seen.streams["stdout"], seen.streams["stderr"]
-    exited = status is not None and os.WIFEXITED(status)
-    signalled = status is not None and os.WIFSIGNALED(status)
-    return {
-        "t": "result",
-        "id": request_id,
-        "exited_by_itself": seen.exited_by_itself,
-        "exit_code": os.WEXITSTATUS(status) if exited else None,  # type: ignore[arg-type]
-        "signal": os.WTERMSIG(status) if signalled else None,  # type: ignore[arg-type]
-        "timed_out": seen.timed_out,
-        "stopped": seen.stopped,
-        "output_limit": seen.output_limit,
-        "wall": round(seen.wall, 6),
-        "cpu": round(seen.cpu, 6),
-        "max_rss_kb": seen.max_rss_kb,
-        "stdout": bytes(out.data).decode("utf-8", "replace"),
-        "stderr": bytes(err.data).decode("utf-8", "replace"),
-        "stdout_bytes": out.total,
-        "stderr_bytes": err.total,
-        "unclean": not clean,
-    }

@@ -1,7 +1,8 @@
 """A worker's zygote: isolate once, then handle one request at a time.
 
-Started by the parent as ``python -S -s -B -P zygote.py --control-fd N`` with
-an environment it wrote entirely. The first message on the control socket is
+Started by the parent (``Sandbox.start``) as ``python -S -s -B -P -c ...``,
+which imports this module and calls :func:`main` with ``--control-fd N``, in
+an environment the parent wrote entirely. The first message on the control socket is
 the configuration; then this process (the "bootstrap") creates the worker's
 namespaces and forks the zygote proper, which becomes pid 1 of its own pid
 namespace, pivots into a read-only root, gives up its host identity, preloads
@@ -30,20 +31,10 @@ import socket
 import sys
 from typing import Any, NoReturn
 
-if __name__ == "__main__":  # loaded by path: make the sibling modules importable
-    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    from _runtime import jail, linux, sample
-    from _runtime.control import receive, send
-    from _runtime.judge_role import JudgeRole
-    from _runtime.sample_role import SETUP_FAILED, SampleRole
-
-    del sys.path[0]
-else:
-    from . import jail, linux, sample
-    from .control import receive, send
-    from .judge_role import JudgeRole
-    from .sample_role import SETUP_FAILED, SampleRole
-
+from . import jail, linux, sample
+from .control import receive, send
+from .judge_role import JudgeRole
+from .sample_role import SETUP_FAILED, SampleRole, uses_native_loop
 
 # --------------------------------------------------------------------------- start-up
 
@@ -252,7 +243,15 @@ class Zygote:
             # for the mount calls this zygote itself still needs.
             linux.prctl(linux.PR_SET_NO_NEW_PRIVS, 1)
             self.seccomp.load()
-        send(self.ctl, {"t": "ready", "layers": self.layers, "python": sys.version.split()[0]})
+        send(
+            self.ctl,
+            {
+                "t": "ready",
+                "layers": self.layers,
+                "python": sys.version.split()[0],
+                "loop": "C" if uses_native_loop(self) else "Python",
+            },
+        )
 
     def _identity(self) -> str:
         if self.config["unsafe"]:
@@ -266,27 +265,22 @@ class Zygote:
     # -- per request ----------------------------------------------------------------
 
     def serve(self) -> NoReturn:
-        samples, judge = SampleRole(self), JudgeRole(self)
-        if self.config.get("role") == "judge":
-            judge.confine_self()
+        if self.config.get("role") == "sample":
+            SampleRole(self).serve()
+        judge = JudgeRole(self)
+        judge.confine_self()
         while True:
             message, fds = receive(self.ctl)
             op = message["op"]
-            if op == "run":
-                reply = samples.run(message, fds)
-            elif op == "judge":
+            if op == "judge":
                 reply = judge.judge(message, fds)
             elif op == "test":
                 reply = judge.add_test(message)
             elif op == "plan":
                 reply = judge.add_plan(message)
-            elif op == "ping":
-                reply = {"t": "pong"}
             else:
                 os._exit(0)
             send(self.ctl, reply)
-            if reply.get("unclean"):
-                os._exit(3)  # something survived SIGKILL: let the parent replace us
 
 
 def _above_stdio(fd: int) -> int:
@@ -328,7 +322,3 @@ def main() -> NoReturn:
             )
         os._exit(SETUP_FAILED)
     zygote.serve()
-
-
-if __name__ == "__main__":
-    main()
