@@ -158,16 +158,30 @@ def test_unknown_layers_cannot_be_disabled() -> None:
 
 
 UNPRIVILEGED = """
-import json
+import json, sys
 from evalsweep.execution import ExecutionRequest, ExecutionService, Limits
-with ExecutionService(workers=1, limits=Limits(timeout=2.0)) as service:
+STATUS = "import os\\nprint(sorted(os.listdir('/')))\\nprint(open('/proc/self/status').read())"
+with ExecutionService(
+    workers=1, limits=Limits(timeout=2.0), native_loop=sys.argv[1] == "C"
+) as service:
     report = service.report
-    result = service.run(ExecutionRequest("import os\\nprint(sorted(os.listdir('/')))"))
-print(json.dumps({"missing": report.missing, "verdict": result.verdict.status}))
+    result = service.run(ExecutionRequest(STATUS))
+lines = result.stdout.splitlines()
+status = dict(line.split(":", 1) for line in lines if line.startswith(("Cap", "Seccomp:")))
+print(json.dumps({
+    "missing": report.missing,
+    "verdict": result.verdict.status,
+    "loop": report.sample_loop,
+    "capabilities": status["CapEff"].strip(),
+    "seccomp": status["Seccomp"].strip(),
+}))
 """
 
 
-def test_a_caller_without_root_gets_the_sandbox_through_a_user_namespace(tmp_path: Path) -> None:
+@pytest.mark.parametrize("loop", ["C", "Python"])
+def test_a_caller_without_root_gets_the_sandbox_through_a_user_namespace(
+    tmp_path: Path, loop: str
+) -> None:
     # The system interpreter, as user nobody: only cgroups need root.
     python = shutil.which("python3", path="/usr/bin:/bin")
     setpriv = shutil.which("setpriv")
@@ -182,6 +196,7 @@ def test_a_caller_without_root_gets_the_sandbox_through_a_user_namespace(tmp_pat
         python,
         "-c",
         UNPRIVILEGED,
+        loop,
     ]
     env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "PYTHONPATH": str(src)}
     os.chmod(tmp_path, 0o777)
@@ -190,4 +205,12 @@ def test_a_caller_without_root_gets_the_sandbox_through_a_user_namespace(tmp_pat
     )
     assert done.returncode == 0, done.stderr[-2000:]
     facts = json.loads(done.stdout.strip().splitlines()[-1])
-    assert facts == {"missing": ["cgroup memory", "cgroup pids"], "verdict": "passed"}
+    # The sample, root of its user namespace, holds no capability and runs
+    # under the seccomp filter (mode 2), whichever loop confined it.
+    assert facts == {
+        "missing": ["cgroup memory", "cgroup pids"],
+        "verdict": "passed",
+        "loop": loop,
+        "capabilities": "0000000000000000",
+        "seccomp": "2",
+    }

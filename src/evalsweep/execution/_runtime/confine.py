@@ -15,6 +15,7 @@ import contextlib
 import os
 import resource
 import signal
+from typing import Any
 
 from . import linux
 
@@ -78,6 +79,25 @@ def apply(plan: Confinement) -> None:
         # in the namespace can interrupt it); a Python program expects the
         # usual KeyboardInterrupt handler.
         signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+def native_form(plan: Confinement) -> tuple[Any, ...]:
+    """``plan`` as plain values for the C sample loop, which applies it (see ``_sampleloop.c``).
+
+    Everything but ``cwd`` (the loop forks from the scratch space) and
+    ``restore_sigint`` (a Python-level handler, set by the child's Python).
+    """
+    if plan.cwd is not None:
+        raise ValueError("the C sample loop forks from the scratch space: no cwd")
+    return (
+        [(which, soft, hard) for which, soft, hard in plan.rlimits],
+        plan.switch_to,
+        plan.drop_capabilities,
+        plan.dumpable,
+        plan.no_new_privs,
+        plan.seccomp.bpf if plan.seccomp is not None else None,
+        plan.oom_score_adj,
+    )
 
 
 def rlimits_for(

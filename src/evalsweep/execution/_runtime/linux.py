@@ -180,6 +180,7 @@ class SeccompProgram:
     def __init__(self, bpf: bytes) -> None:
         if not bpf or len(bpf) % 8:
             raise ValueError("a BPF program is a non-empty sequence of 8-byte instructions")
+        self.bpf = bytes(bpf)
         self._buffer = ctypes.create_string_buffer(bpf, len(bpf))
         self._prog = self._Prog(len(bpf) // 8, ctypes.addressof(self._buffer))
 

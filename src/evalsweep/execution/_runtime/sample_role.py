@@ -26,6 +26,7 @@ from __future__ import annotations
 import contextlib
 import marshal
 import os
+import signal
 import time
 from typing import TYPE_CHECKING, Any, NoReturn
 
@@ -82,11 +83,15 @@ class SampleRole:
             if payload[16]:  # unclean: something survived SIGKILL; let the parent replace us
                 os._exit(3)
 
-    def prepare(self, prep: bytes) -> None:
-        """New limits (marshal'd): the child's confinement plan, built before any fork."""
+    def prepare(self, prep: bytes) -> tuple[Any, ...]:
+        """New limits (marshal'd): the child's confinement plan, built before any fork.
+
+        Returns the plan as the C loop applies it (``confine.native_form``).
+        """
         self._limits = marshal.loads(prep)
         self._plan_now = self._plan(self._limits)
         self._prep = bytes(prep)
+        return confine.native_form(self._plan_now)
 
     # -- the Python loop ------------------------------------------------------------------
 
@@ -153,7 +158,7 @@ class SampleRole:
                 del self._buffer[:]
             except BaseException:
                 os._exit(SETUP_FAILED)
-            self.become_sample(message, program, stdin, rpc_fd is not None)
+            self.become_sample(message, program, stdin, rpc_fd is not None, False)
         self._zygote.restore_stdio()
         pidfd = os.pidfd_open(pid)
         seen = watcher.watch(pid, pidfd, started)
@@ -182,9 +187,13 @@ class SampleRole:
     # -- the child (either loop) ----------------------------------------------------------
 
     def become_sample(
-        self, message: bytes, program: bytes, stdin: bytes, has_channel: bool
+        self, message: bytes, program: bytes, stdin: bytes, has_channel: bool, confined: bool
     ) -> NoReturn:
-        """In the child: a new session, descriptors 0-3 only; confine, then run the program."""
+        """In the child: a new session, descriptors 0-3 only; confine, then run the program.
+
+        ``confined``: the C loop has applied the plan already, all but the
+        Python-level SIGINT handler.
+        """
         try:
             request = marshal.loads(message)
             source = program.decode("utf-8", "surrogatepass")
@@ -202,8 +211,12 @@ class SampleRole:
                 with open(path, "w", encoding="utf-8", errors="surrogatepass") as handle:
                     handle.write(source)
                 argv = [*request["interpreter"], path]
-            assert self._plan_now is not None
-            confine.apply(self._plan_now)
+            plan = self._plan_now
+            assert plan is not None
+            if not confined:
+                confine.apply(plan)
+            elif plan.restore_sigint:
+                signal.signal(signal.SIGINT, signal.default_int_handler)
         except BaseException as error:
             with contextlib.suppress(BaseException):
                 os.write(2, f"evalsweep: sandbox setup failed: {error!r}\n".encode())
