@@ -17,6 +17,7 @@ are sent ahead when they are known: those read from the test's source (see
 
 from __future__ import annotations
 
+import _signal
 import builtins
 import collections
 import contextlib
@@ -44,20 +45,25 @@ class JudgeTimeout(BaseException):
     """The judge's wall-clock alarm went off (a BaseException: tests cannot catch it)."""
 
 
+def _expire(_signum: int, _frame: object) -> None:
+    raise JudgeTimeout()
+
+
 @contextlib.contextmanager
 def deadline(seconds: float) -> Iterator[None]:
-    """Raise :class:`JudgeTimeout` in this thread after ``seconds`` of wall time."""
+    """Raise :class:`JudgeTimeout` in this thread after ``seconds`` of wall time.
 
-    def expire(_signum: int, _frame: object) -> None:
-        raise JudgeTimeout()
-
-    previous = signal.signal(signal.SIGALRM, expire)
-    signal.setitimer(signal.ITIMER_REAL, max(seconds, 0.001))
+    The handler stays installed between judgements (``signal.signal`` costs
+    more than a small test: it wraps every handler in an enum) and is put
+    back only if a test replaced it.
+    """
+    if _signal.getsignal(signal.SIGALRM) is not _expire:
+        _signal.signal(signal.SIGALRM, _expire)
+    _signal.setitimer(signal.ITIMER_REAL, max(seconds, 0.001))
     try:
         yield
     finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
+        _signal.setitimer(signal.ITIMER_REAL, 0)
 
 
 class SampleGone(Exception):
@@ -454,9 +460,11 @@ class JudgeGlobals(dict):  # type: ignore[type-arg]
             raise KeyError(name)
         if name in _BUILTIN_NAMES and name not in self._sample_names:
             # Exactly what the interpreter would look up next, handed over
-            # here: raising KeyError for it costs more than the lookup, and
-            # tests name builtins inside their loops.
-            return _builtin(dict.get(self, "__builtins__"), name)
+            # here (raising KeyError for it costs more than the lookup) and
+            # kept: tests name builtins inside their loops, and each lookup
+            # that reaches this method is a Python-level call.
+            value = self[name] = _builtin(dict.get(self, "__builtins__"), name)
+            return value
         value = self._channel.lookup(name)
         self[name] = value
         return value
