@@ -103,6 +103,29 @@ def zygote_limits(
     }
 
 
+@functools.lru_cache(maxsize=1024)
+def compiled_test(test: str, prelude: str | None) -> bytes | None:
+    """The test and its prelude compiled once, for every judge (marshal'd code objects).
+
+    Each judge used to compile every test it met: on canonical HumanEval that
+    is one compile per problem per worker, a third of the first pass's extra
+    cost. The judges run this process's interpreter, so its bytecode is
+    theirs. None where either does not compile: the judge compiles the
+    source and reports the error itself.
+    """
+    try:
+        return marshal.dumps(
+            (
+                None
+                if prelude is None
+                else compile(prelude, "<prompt>", "exec", dont_inherit=True),
+                compile(test, "<test>", "exec", dont_inherit=True),
+            )
+        )
+    except (SyntaxError, ValueError, OverflowError, RecursionError, MemoryError):
+        return None
+
+
 @functools.lru_cache(maxsize=256)
 def _marshalled_limits(limits: Limits, keep: int) -> bytes:
     """A sample zygote's limits as sent: the same bytes every time for the same limits."""
@@ -390,6 +413,7 @@ class Worker:
                     "key": key,
                     "prelude": test.prelude,
                     "test": test.test,
+                    "code": compiled_test(test.test, test.prelude),
                     "entry_point": test.entry_point,
                     "sample_names": list(test.sample_names),
                     "calls": predicted_calls(

@@ -9,6 +9,7 @@ drops every privilege for good (it mounts nothing and forks nothing).
 
 from __future__ import annotations
 
+import marshal
 import os
 import resource
 import signal
@@ -61,14 +62,22 @@ class JudgeRole:
         signal.signal(signal.SIGINT, signal.SIG_DFL)
 
     def add_test(self, message: dict[str, Any]) -> dict[str, Any]:
-        """Compile a test once; every later sample of the same problem reuses it."""
+        """Register a test (compiled by the parent, or here); later samples of it reuse it."""
         try:
-            prelude = message["prelude"]
+            code = message.get("code")
+            if code is not None:  # compiled by the parent, once for every judge
+                prelude, test = marshal.loads(code)
+            else:
+                source = message["prelude"]
+                prelude = (
+                    None
+                    if source is None
+                    else compile(source, "<prompt>", "exec", dont_inherit=True)
+                )
+                test = compile(message["test"], "<test>", "exec", dont_inherit=True)
             spec = {
-                "prelude": None
-                if prelude is None
-                else compile(prelude, "<prompt>", "exec", dont_inherit=True),
-                "test": compile(message["test"], "<test>", "exec", dont_inherit=True),
+                "prelude": prelude,
+                "test": test,
                 "entry_point": message["entry_point"],
                 "sample_names": tuple(message.get("sample_names", ())),
                 "calls": tuple(message.get("calls", ())),
