@@ -62,6 +62,15 @@ def test_a_syntax_error_is_reported_like_human_eval(service: ExecutionService) -
     assert verdict.human_eval_result().startswith("failed: ")
 
 
+def test_a_test_that_does_not_compile_is_the_tests_error_not_the_samples(
+    service: ExecutionService,
+) -> None:
+    broken = FunctionTest("def check(candidate)\n    assert candidate(2, 3) == 5\n", "add")
+    result = run(service, "def add(a, b):\n    return a + b\n", broken)
+    assert result.verdict == Verdict("error", "test", "the test code does not compile")
+    assert result.stderr == ""
+
+
 def test_a_missing_function_fails_with_a_name_error(service: ExecutionService) -> None:
     verdict = run(service, "def plus(a, b):\n    return a + b\n").verdict
     assert (verdict.status, verdict.reason) == ("failed", "NameError")

@@ -173,7 +173,8 @@ def _serve_functions(source: str, rpc_fd: int, max_frame: int, announce: list[st
         exec(compile(source, "<string>", "exec", dont_inherit=True), namespace)
     except BaseException as error:
         _flush_output()
-        wire.write_frame(rpc_fd, wire.dump_json({"t": "load_error", **describe(error)}))
+        with contextlib.suppress(OSError):  # a judge already done has closed its end
+            wire.write_frame(rpc_fd, wire.dump_json({"t": "load_error", **describe(error)}))
         return
     server = _Server(namespace, rpc_fd, max_frame)
     names = {}
@@ -182,7 +183,10 @@ def _serve_functions(source: str, rpc_fd: int, max_frame: int, announce: list[st
             names[name] = server.lookup(name)
             if names[name]["t"] == "ok":
                 server.announced[name] = namespace[name]
-    wire.write_frame(rpc_fd, wire.dump_json({"t": "ready", "names": names}))
+    try:
+        wire.write_frame(rpc_fd, wire.dump_json({"t": "ready", "names": names}))
+    except OSError:
+        return  # the judge is done already (a test that does not compile)
     server.serve()
 
 

@@ -221,11 +221,16 @@ class SampleRole:
             with contextlib.suppress(BaseException):
                 os.write(2, f"evalsweep: sandbox setup failed: {error!r}\n".encode())
             os._exit(SETUP_FAILED)
-        if argv is not None:
-            sample.exec_interpreter(argv, dict(os.environ))
-        if request["mode"] == "function":
-            sample.serve_functions(source, 3, self._limits["max_frame"], request["announce"])
-        sample.run_script(source)
+        try:
+            if argv is not None:
+                sample.exec_interpreter(argv, dict(os.environ))
+            if request["mode"] == "function":
+                sample.serve_functions(source, 3, self._limits["max_frame"], request["announce"])
+            sample.run_script(source)
+        except BaseException as error:  # the runtime's own failure, never the program's
+            with contextlib.suppress(BaseException):
+                os.write(2, f"evalsweep: the sample's runtime failed: {error!r}\n".encode())
+            os._exit(1)
 
     # -- confinement plans and scratch space ----------------------------------------------
 
