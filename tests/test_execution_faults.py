@@ -16,6 +16,7 @@ from evalsweep.execution import (
     FunctionTest,
     Limits,
 )
+from evalsweep.execution._sandbox import _Forked
 from evalsweep.execution._service import _JobQueue, group_by_test, make_slices
 from evalsweep.execution._types import MAX_TRANSFER_BYTES
 from evalsweep.execution._worker import _Flight, _send_ahead
@@ -42,6 +43,34 @@ def test_a_worker_whose_zygote_dies_is_replaced_and_only_its_sample_is_lost() ->
         assert (results[0].verdict.status, results[0].verdict.reason) == ("error", "worker lost")
         assert [result.verdict.status for result in results[1:]] == ["passed"] * 4
         assert worker.restarts == 1
+        assert service.run(ExecutionRequest(ADD, test=ADD_TEST)).verdict.passed
+
+
+def _parent_of(pid: int) -> int:
+    with open(f"/proc/{pid}/stat") as handle:
+        return int(handle.read().rsplit(")", 1)[1].split()[1])
+
+
+def test_zygotes_are_forked_by_the_launcher_and_start_afresh_once_it_is_gone() -> None:
+    with ExecutionService(workers=1, limits=Limits(timeout=5.0)) as service:
+        worker = service._pool[0]
+        launcher = service._settings.launcher
+        assert launcher is not None and launcher._proc is not None
+        for box in (worker.sample_box, worker.judge_box):
+            assert box is not None and isinstance(box._proc, _Forked)
+            assert _parent_of(box._proc.pid) == launcher._proc.pid
+        launcher._proc.kill()
+        launcher._proc.wait()
+        assert worker.sample_box is not None
+        os.kill(worker.sample_box._zygote_pid, signal.SIGKILL)  # type: ignore[arg-type]
+        results = service.run_many([ExecutionRequest(ADD, test=ADD_TEST) for _ in range(3)])
+        # The first sample met the dead zygote; the worker's new sandboxes are
+        # interpreters of their own, children of this process.
+        assert [result.verdict.status for result in results[1:]] == ["passed"] * 2
+        assert worker.restarts == 1
+        for box in (worker.sample_box, worker.judge_box):
+            assert box is not None and isinstance(box._proc, subprocess.Popen)
+            assert _parent_of(box._proc.pid) == os.getpid()
         assert service.run(ExecutionRequest(ADD, test=ADD_TEST)).verdict.passed
 
 

@@ -35,6 +35,10 @@ RUNTIME = Path(__file__).with_name("_runtime")
 _LAUNCH = (
     "import sys; sys.path.insert(0, sys.argv.pop(1)); from _runtime.zygote import main; main()"
 )
+_LAUNCHER = (
+    "import sys; sys.path.insert(0, sys.argv.pop(1)); from _runtime.launcher import main; main()"
+)
+_LAUNCH_TIMEOUT = 30.0
 _bytecode_lock = threading.Lock()
 _bytecode_checked = False
 _HEADER = struct.Struct(">II")
@@ -55,14 +59,139 @@ class SandboxInfo:
     loop: str = ""  # the per-sample loop of a sample sandbox: "C" or "Python"
 
 
+def zygote_environment(config: dict[str, Any]) -> dict[str, str]:
+    """The whole environment a zygote starts with (nothing inherited)."""
+    return {
+        **config["env"],
+        # -S -s -B -P rather than -I: -I's -E would ignore PYTHONHASHSEED,
+        # which every sandbox of a service shares (so the judge and the sample
+        # agree on set order).
+        "PYTHONHASHSEED": str(config["hash_seed"]),
+        # Resolve every shared-library symbol at start-up: a lazy binding
+        # first made in a forked sample writes a page of the zygote's memory,
+        # which then has to be copied.
+        "LD_BIND_NOW": "1",
+    }
+
+
+class Launcher:
+    """The service's zygote launcher (``_runtime/launcher.py``): zygotes by fork, not exec.
+
+    Starting a zygote as a new interpreter costs about 35 ms of CPU before it
+    does anything of its own (Python's start-up and the runtime's imports);
+    forked from this one process, which has done both once, it costs about
+    one millisecond. Where the launcher cannot start or has died, sandboxes
+    start as their own interpreters, as before.
+    """
+
+    def __init__(self, config: dict[str, Any]) -> None:
+        self._lock = threading.Lock()
+        self._sock: socket.socket | None = None
+        self._proc: subprocess.Popen[bytes] | None = None
+        ensure_bytecode()
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            self._proc = subprocess.Popen(
+                [sys.executable, "-S", "-s", "-B", "-P", "-c", _LAUNCHER, str(RUNTIME.parent)]
+                + ["--launcher-fd", str(theirs.fileno())],
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                env=zygote_environment(config),
+                pass_fds=(theirs.fileno(),),
+                start_new_session=True,
+                cwd="/",
+            )
+        except OSError:
+            ours.close()
+            return
+        finally:
+            theirs.close()
+        ours.settimeout(_LAUNCH_TIMEOUT)
+        self._sock = ours
+
+    def spawn(self, ctl: socket.socket, log: Any) -> _Forked | None:
+        """A new process that becomes a zygote on ``ctl``; None if the launcher is gone."""
+        with self._lock:
+            if self._sock is None:
+                return None
+            try:
+                socket.send_fds(self._sock, [b"z"], [ctl.fileno(), log.fileno()])
+                data, fds, _flags, _addr = socket.recv_fds(self._sock, 4, 1)
+            except OSError:
+                self._stop()
+                return None
+            if len(data) != 4 or len(fds) != 1:
+                for fd in fds:
+                    os.close(fd)
+                self._stop()
+                return None
+            return _Forked(struct.unpack("<i", data)[0], fds[0])
+
+    def close(self) -> None:
+        with self._lock:
+            self._stop()
+
+    def _stop(self) -> None:
+        if self._sock is not None:
+            self._sock.close()  # the launcher exits at end-of-file
+            self._sock = None
+        if self._proc is not None:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self._proc.wait(timeout=5)
+            if self._proc.poll() is None:
+                self._proc.kill()
+                self._proc.wait()
+            self._proc = None
+
+
+class _Forked:
+    """A zygote process the launcher forked: not our child, so watched through a pidfd."""
+
+    def __init__(self, pid: int, pidfd: int) -> None:
+        self.pid = pid
+        self._pidfd: int | None = pidfd
+
+    def poll(self) -> int | None:
+        """None while it runs (its exit status is the launcher's to collect)."""
+        if self._pidfd is None:
+            return 0
+        ready, _, _ = select.select([self._pidfd], [], [], 0)
+        return 0 if ready else None
+
+    def wait(self, timeout: float) -> int:
+        if self._pidfd is not None:
+            ready, _, _ = select.select([self._pidfd], [], [], timeout)
+            if not ready:
+                raise subprocess.TimeoutExpired("zygote", timeout)
+        return 0
+
+    def kill(self) -> None:
+        if self._pidfd is not None:
+            with contextlib.suppress(ProcessLookupError):
+                signal.pidfd_send_signal(self._pidfd, signal.SIGKILL)
+
+    def close(self) -> None:
+        if self._pidfd is not None:
+            os.close(self._pidfd)
+            self._pidfd = None
+
+
 class Sandbox:
     """One isolated zygote process tree (role ``sample`` or ``judge``)."""
 
-    def __init__(self, role: str, config: dict[str, Any], cgroup: WorkerCgroup | None) -> None:
+    def __init__(
+        self,
+        role: str,
+        config: dict[str, Any],
+        cgroup: WorkerCgroup | None,
+        launcher: Launcher | None = None,
+    ) -> None:
         self.role = role
         self._config = config
         self.cgroup = cgroup
-        self._proc: subprocess.Popen[bytes] | None = None
+        self._launcher = launcher
+        self._proc: subprocess.Popen[bytes] | _Forked | None = None
         self._sock: socket.socket | None = None
         self._zygote_pid: int | None = None
         # Lives as long as the sandbox; closed in close().
@@ -76,28 +205,21 @@ class Sandbox:
         """Start the zygote and wait until it reports its isolation layers."""
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
-            # -S -s -B -P rather than -I: -I's -E would ignore PYTHONHASHSEED,
-            # which every sandbox of a service shares (so the judge and the
-            # sample agree on set order); the environment is entirely ours.
-            ensure_bytecode()
-            command = [sys.executable, "-S", "-s", "-B", "-P", "-c", _LAUNCH, str(RUNTIME.parent)]
-            self._proc = subprocess.Popen(
-                [*command, "--control-fd", str(theirs.fileno())],
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.DEVNULL,
-                stderr=self._log,
-                env={
-                    **self._config["env"],
-                    "PYTHONHASHSEED": str(self._config["hash_seed"]),
-                    # Resolve every shared-library symbol at start-up: a lazy
-                    # binding first made in a forked sample writes a page of
-                    # the zygote's memory, which then has to be copied.
-                    "LD_BIND_NOW": "1",
-                },
-                pass_fds=(theirs.fileno(),),
-                start_new_session=True,
-                cwd="/",
-            )
+            if self._launcher is not None:
+                self._proc = self._launcher.spawn(theirs, self._log)
+            if self._proc is None:
+                ensure_bytecode()
+                command = [sys.executable, "-S", "-s", "-B", "-P", "-c", _LAUNCH]
+                self._proc = subprocess.Popen(
+                    [*command, str(RUNTIME.parent), "--control-fd", str(theirs.fileno())],
+                    stdin=subprocess.DEVNULL,
+                    stdout=subprocess.DEVNULL,
+                    stderr=self._log,
+                    env=zygote_environment(self._config),
+                    pass_fds=(theirs.fileno(),),
+                    start_new_session=True,
+                    cwd="/",
+                )
         finally:
             theirs.close()
         self._sock = ours
@@ -133,13 +255,15 @@ class Sandbox:
 
     def kill(self) -> None:
         """SIGKILL the whole tree: the zygote is its pid namespace's init."""
-        for pid in (self._zygote_pid, self._proc.pid if self._proc else None):
-            if pid is not None:
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.kill(pid, signal.SIGKILL)
+        if self._zygote_pid is not None:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(self._zygote_pid, signal.SIGKILL)
         if self._proc is not None:
+            self._proc.kill()
             with contextlib.suppress(subprocess.TimeoutExpired):
                 self._proc.wait(timeout=10)
+            if isinstance(self._proc, _Forked):
+                self._proc.close()
         if self._sock is not None:
             self._sock.close()
             self._sock = None

@@ -30,6 +30,7 @@ from evalsweep.errors import EvalsweepError
 
 from . import _cgroups, _rootfs, _seccomp
 from ._report import build_report
+from ._sandbox import Launcher
 from ._types import (
     MAX_TRANSFER_BYTES,
     ExecutionRequest,
@@ -291,6 +292,7 @@ class ExecutionService:
             "scratch_parent": self._scratch_parent,
         }
         settings = WorkerSettings(
+            launcher=Launcher(config),
             config=config,
             judge_preload=JUDGE_PRELOAD,
             cgroups=cgroups,
@@ -314,6 +316,7 @@ class ExecutionService:
         if errors:
             for worker in self._pool:
                 worker.close()
+            settings.launcher.close()  # type: ignore[union-attr]
             shutil.rmtree(self._scratch_parent, ignore_errors=True)
             raise SandboxUnavailableError(
                 f"cannot start a sandboxed worker: {errors[0]}"
@@ -364,6 +367,8 @@ class ExecutionService:
             pool, self._pool = list(self._pool), []
         for worker in pool:
             worker.close()
+        if self._settings is not None and self._settings.launcher is not None:
+            self._settings.launcher.close()
         self._jobs = _JobQueue()  # sentinels of stand-ins that retired early
         shutil.rmtree(self._scratch_parent, ignore_errors=True)
         self._started = False

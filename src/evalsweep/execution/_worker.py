@@ -29,7 +29,7 @@ from ._predict import predicted_calls
 from ._rootfs import interpreter_for
 from ._runtime import control
 from ._runtime.supervise import WALL_FACTOR
-from ._sandbox import Sandbox, SandboxBroken, next_request_id
+from ._sandbox import Launcher, Sandbox, SandboxBroken, next_request_id
 from ._types import (
     MAX_TRANSFER_BYTES,
     ExecutionRequest,
@@ -81,6 +81,8 @@ class WorkerSettings:
     # Per test: the calls a passing sample was asked, as a judge reported them,
     # handed to the other judges (None: the test asks different calls each time).
     call_plans: dict[str, list[Any] | None] = field(default_factory=dict)
+    # Forks every zygote of the service (None: each starts its own interpreter).
+    launcher: Launcher | None = None
 
 
 @functools.lru_cache(maxsize=256)
@@ -203,7 +205,7 @@ class Worker:
         base = self.settings.uid_base + 4 * self.index
         config = self.settings.config
         sample_config = {**config, "role": "sample", "uid": base, "gid": base}
-        self.sample_box = Sandbox("sample", sample_config, sample_group)
+        self.sample_box = Sandbox("sample", sample_config, sample_group, self.settings.launcher)
         judge_config = {
             **config,
             "role": "judge",
@@ -212,7 +214,7 @@ class Worker:
             "preload": list(self.settings.judge_preload),
             "judge_limits": zygote_limits(limits, judge=True),
         }
-        self.judge_box = Sandbox("judge", judge_config, judge_group)
+        self.judge_box = Sandbox("judge", judge_config, judge_group, self.settings.launcher)
         try:
             self.sample_box.start()
             self.judge_box.start()

@@ -1,8 +1,9 @@
 """A worker's zygote: isolate once, then handle one request at a time.
 
-Started by the parent (``Sandbox.start``) as ``python -S -s -B -P -c ...``,
-which imports this module and calls :func:`main` with ``--control-fd N``, in
-an environment the parent wrote entirely. The first message on the control socket is
+Started by the parent (``Sandbox.start``): forked by the service's launcher
+(``launcher``), or as ``python -S -s -B -P -c ...``, which imports this module
+and calls :func:`main` with ``--control-fd N``; either way in an environment
+the parent wrote entirely. The first message on the control socket is
 the configuration; then this process (the "bootstrap") creates the worker's
 namespaces and forks the zygote proper, which becomes pid 1 of its own pid
 namespace, pivots into a read-only root, gives up its host identity, preloads
@@ -300,12 +301,17 @@ def _ask(ask: int, answer: int) -> bool:
 
 
 def main() -> NoReturn:
+    """A zygote started as its own interpreter (``--control-fd N``)."""
     args = sys.argv[1:]
-    control_fd = _above_stdio(int(args[args.index("--control-fd") + 1]))
+    serve_control(int(args[args.index("--control-fd") + 1]))
+
+
+def serve_control(control_fd: int) -> NoReturn:
+    """Be a zygote on ``control_fd``: started afresh, or forked by the launcher."""
     # No parent-death signal here: the parent is a thread of the caller's
     # process, and Linux sends it when that *thread* exits. The zygote notices
     # the caller's death as end-of-file on the control socket instead.
-    ctl = socket.socket(fileno=control_fd)
+    ctl = socket.socket(fileno=_above_stdio(control_fd))
     config, _ = receive(ctl)
     zygote = Zygote(ctl, config)
     try:
