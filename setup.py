@@ -6,7 +6,14 @@ forks. The extension is optional: where it cannot be built (no C compiler),
 the same loop runs in Python, and the run's record says which one served.
 """
 
+import os
+
 from setuptools import Extension, setup
+
+# EVALSWEEP_BUILD_EXTENSION=0 installs without building it: for a second
+# editable install of the same tree (an editable build writes the extension
+# into the source tree, over a file that running sandboxes have mapped).
+BUILD = os.environ.get("EVALSWEEP_BUILD_EXTENSION", "1") != "0"
 
 setup(
     ext_modules=[
@@ -17,4 +24,6 @@ setup(
             optional=True,
         )
     ]
+    if BUILD
+    else []
 )
