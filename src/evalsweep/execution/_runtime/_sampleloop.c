@@ -307,7 +307,8 @@ static void watch(pid_t pid, int pidfd, int out, int err, int judge_done, double
             wait = stop_at - now;
         if (watch_from - now < wait)
             wait = watch_from - now;
-        int ready = poll(polled, 4, (int)ceil(wait * 1000.0));
+        double wait_ms = ceil(wait * 1000.0);
+        int ready = poll(polled, 4, wait_ms < 86400000.0 ? (int)wait_ms : 86400000);
         if (ready < 0) {
             if (errno == EINTR)
                 continue;
