@@ -30,14 +30,6 @@ from ._cgroups import WorkerCgroup
 from ._runtime import control, wire
 
 RUNTIME = Path(__file__).with_name("_runtime")
-# The zygote is imported as a module rather than run as a script: a script is
-# compiled from source at every start, a module's bytecode comes from its cache.
-_LAUNCH = (
-    "import sys; sys.path.insert(0, sys.argv.pop(1)); from _runtime.zygote import main; main()"
-)
-_LAUNCHER = (
-    "import sys; sys.path.insert(0, sys.argv.pop(1)); from _runtime.launcher import main; main()"
-)
 _LAUNCH_TIMEOUT = 30.0
 _bytecode_lock = threading.Lock()
 _bytecode_checked = False
@@ -74,6 +66,31 @@ def zygote_environment(config: dict[str, Any]) -> dict[str, str]:
     }
 
 
+def _start_runtime(
+    module: str, fd_flag: str, fd: int, stderr: Any, config: dict[str, Any]
+) -> subprocess.Popen[bytes]:
+    """``python -c`` running ``_runtime.<module>.main()`` with ``fd`` passed as ``fd_flag``.
+
+    The module is imported rather than run as a script: a script is compiled
+    from source at every start, a module's bytecode comes from its cache.
+    """
+    ensure_bytecode()
+    code = (
+        "import sys; sys.path.insert(0, sys.argv.pop(1)); "
+        f"from _runtime.{module} import main; main()"
+    )
+    return subprocess.Popen(
+        [sys.executable, "-S", "-s", "-B", "-P", "-c", code, str(RUNTIME.parent), fd_flag, str(fd)],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=stderr,
+        env=zygote_environment(config),
+        pass_fds=(fd,),
+        start_new_session=True,
+        cwd="/",
+    )
+
+
 class Launcher:
     """The service's zygote launcher (``_runtime/launcher.py``): zygotes by fork, not exec.
 
@@ -88,19 +105,10 @@ class Launcher:
         self._lock = threading.Lock()
         self._sock: socket.socket | None = None
         self._proc: subprocess.Popen[bytes] | None = None
-        ensure_bytecode()
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
-            self._proc = subprocess.Popen(
-                [sys.executable, "-S", "-s", "-B", "-P", "-c", _LAUNCHER, str(RUNTIME.parent)]
-                + ["--launcher-fd", str(theirs.fileno())],
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL,
-                env=zygote_environment(config),
-                pass_fds=(theirs.fileno(),),
-                start_new_session=True,
-                cwd="/",
+            self._proc = _start_runtime(
+                "launcher", "--launcher-fd", theirs.fileno(), subprocess.DEVNULL, config
             )
         except OSError:
             ours.close()
@@ -208,17 +216,8 @@ class Sandbox:
             if self._launcher is not None:
                 self._proc = self._launcher.spawn(theirs, self._log)
             if self._proc is None:
-                ensure_bytecode()
-                command = [sys.executable, "-S", "-s", "-B", "-P", "-c", _LAUNCH]
-                self._proc = subprocess.Popen(
-                    [*command, str(RUNTIME.parent), "--control-fd", str(theirs.fileno())],
-                    stdin=subprocess.DEVNULL,
-                    stdout=subprocess.DEVNULL,
-                    stderr=self._log,
-                    env=zygote_environment(self._config),
-                    pass_fds=(theirs.fileno(),),
-                    start_new_session=True,
-                    cwd="/",
+                self._proc = _start_runtime(
+                    "zygote", "--control-fd", theirs.fileno(), self._log, self._config
                 )
         finally:
             theirs.close()

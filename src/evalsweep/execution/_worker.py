@@ -28,6 +28,7 @@ from ._cgroups import CgroupSupport, WorkerCgroup
 from ._predict import predicted_calls
 from ._rootfs import interpreter_for
 from ._runtime import control
+from ._runtime.judge_role import compile_test
 from ._runtime.supervise import WALL_FACTOR
 from ._sandbox import Launcher, Sandbox, SandboxBroken, next_request_id
 from ._types import (
@@ -116,14 +117,7 @@ def compiled_test(test: str, prelude: str | None) -> bytes | None:
     source and reports the error itself.
     """
     try:
-        return marshal.dumps(
-            (
-                None
-                if prelude is None
-                else compile(prelude, "<prompt>", "exec", dont_inherit=True),
-                compile(test, "<test>", "exec", dont_inherit=True),
-            )
-        )
+        return marshal.dumps(compile_test(prelude, test))
     except (SyntaxError, ValueError, OverflowError, RecursionError, MemoryError):
         return None
 

@@ -65,17 +65,16 @@
 
 #define MAX_FDS 16
 #define READ_CHUNK 65536
-/* These three match supervise.py. */
-#define WALL_FACTOR 5.0
-#define STOP_GRACE 0.25
-#define STOP_WATCH_AFTER 0.05
-#define REAP_BUDGET 5.0
 #define EXIT_UNCLEAN 3
 
-/* control.RUN: "<4sQdQQQQIII" */
+/* control.RUN: "<4sQdQQQQIII"; serve() checks the size against Python's. */
 #define RUN_SIZE 64
-/* control.RESULT: "<4sQBBBBBxxxiddqQQII" */
+/* control.RESULT: "<4sQBBBBBxxxiddqQQII"; likewise. */
 #define RESULT_SIZE 72
+
+/* supervise.py's timing constants, handed to serve() by Python so that the
+ * two loops cannot drift apart. */
+static double wall_factor, stop_grace, stop_watch_after, reap_budget;
 
 typedef struct {
     unsigned char *data;
@@ -280,9 +279,9 @@ static void watch(pid_t pid, int pidfd, int out, int err, int judge_done, double
     struct pollfd polled[4] = {
         {out, POLLIN, 0}, {err, POLLIN, 0}, {pidfd, POLLIN, 0}, {-1, 0, 0}};
     double deadline = started + timeout;
-    double last_deadline = started + WALL_FACTOR * timeout;
+    double last_deadline = started + wall_factor * timeout;
     double stop_at = INFINITY;
-    double watch_from = judge_done >= 0 ? started + STOP_WATCH_AFTER : INFINITY;
+    double watch_from = judge_done >= 0 ? started + stop_watch_after : INFINITY;
     for (;;) {
         double now = monotonic();
         if (now >= watch_from && judge_done >= 0) {
@@ -338,7 +337,7 @@ static void watch(pid_t pid, int pidfd, int out, int err, int judge_done, double
         }
         if (polled[3].fd >= 0 && polled[3].revents) {
             polled[3].fd = -1;
-            stop_at = monotonic() + STOP_GRACE;
+            stop_at = monotonic() + stop_grace;
         }
     }
     seen->wall = monotonic() - started;
@@ -346,7 +345,7 @@ static void watch(pid_t pid, int pidfd, int out, int err, int judge_done, double
 
 /* supervise.reap_everything, as the pid namespace's init: 0 if nothing survived. */
 static int reap_everything(pid_t main_pid, Watch *seen) {
-    double give_up = monotonic() + REAP_BUDGET;
+    double give_up = monotonic() + reap_budget;
     struct rusage usage;
     int status;
     pid_t got;
@@ -610,9 +609,16 @@ static void become_sample(PyObject *child, const Confinement *plan, const unsign
 
 static PyObject *serve(PyObject *module, PyObject *args) {
     int ctl, devnull, log_fd;
+    Py_ssize_t run_size, result_size;
     PyObject *prepare, *child;
-    if (!PyArg_ParseTuple(args, "iiiOO", &ctl, &devnull, &log_fd, &prepare, &child))
+    if (!PyArg_ParseTuple(args, "iiiOO(nndddd)", &ctl, &devnull, &log_fd, &prepare, &child,
+                          &run_size, &result_size, &wall_factor, &stop_grace, &stop_watch_after,
+                          &reap_budget))
         return NULL;
+    if (run_size != RUN_SIZE || result_size != RESULT_SIZE) {
+        PyErr_SetString(PyExc_RuntimeError, "the C sample loop was built for another protocol");
+        return NULL;
+    }
     if (getpid() != 1) {
         PyErr_SetString(PyExc_RuntimeError, "the native sample loop runs only as a pid namespace's init");
         return NULL;
@@ -750,7 +756,8 @@ static PyObject *serve(PyObject *module, PyObject *args) {
 
 static PyMethodDef methods[] = {
     {"serve", serve, METH_VARARGS,
-     "serve(ctl_fd, devnull_fd, log_fd, prepare, child): run samples until the parent hangs up."},
+     "serve(ctl_fd, devnull_fd, log_fd, prepare, child, (run_size, result_size, wall_factor, "
+     "stop_grace, stop_watch_after, reap_budget)): run samples until the parent hangs up."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -73,8 +73,7 @@ def receive_into(ctl: socket.socket, buffer: bytearray, size: int) -> None:
 
 
 def send(ctl: socket.socket, obj: dict[str, Any]) -> None:
-    payload = wire.dump_json(obj)
-    ctl.sendall(struct.pack(">I", len(payload)) + payload)
+    send_payload(ctl, wire.dump_json(obj))
 
 
 def run_request(

@@ -14,6 +14,7 @@ import os
 import resource
 import signal
 import time
+from types import CodeType
 from typing import TYPE_CHECKING, Any
 
 from . import confine, judge, wire
@@ -24,6 +25,14 @@ if TYPE_CHECKING:
 
 # The largest plan (calls and answers, as JSON) handed to the parent for the other judges.
 _SHARED_PLAN_BYTES = 256 * 1024
+
+
+def compile_test(prelude: str | None, test: str) -> tuple[CodeType | None, CodeType]:
+    """A test's code and its prelude's, as the judge runs them (raises SyntaxError)."""
+    return (
+        None if prelude is None else compile(prelude, "<prompt>", "exec", dont_inherit=True),
+        compile(test, "<test>", "exec", dont_inherit=True),
+    )
 
 
 class JudgeRole:
@@ -68,13 +77,7 @@ class JudgeRole:
             if code is not None:  # compiled by the parent, once for every judge
                 prelude, test = marshal.loads(code)
             else:
-                source = message["prelude"]
-                prelude = (
-                    None
-                    if source is None
-                    else compile(source, "<prompt>", "exec", dont_inherit=True)
-                )
-                test = compile(message["test"], "<test>", "exec", dont_inherit=True)
+                prelude, test = compile_test(message["prelude"], message["test"])
             spec = {
                 "prelude": prelude,
                 "test": test,

@@ -66,24 +66,34 @@ class SampleRole:
         self._scratch_dir: str | None = None
         self._scratch_now = "/tmp"
 
-    @property
-    def native(self) -> bool:
-        return uses_native_loop(self._zygote)
-
     def serve(self) -> NoReturn:
         z = self._zygote
-        if self.native:
+        if uses_native_loop(z):
             # Returns only by raising (a failed mount, fork or read), which
             # ends this sandbox; the parent then starts another.
-            _sampleloop.serve(z.ctl.fileno(), z.devnull, z.stderr, self.prepare, self.become_sample)
+            _sampleloop.serve(
+                z.ctl.fileno(),
+                z.devnull,
+                z.stderr,
+                self.prepare,
+                self.become_sample,
+                (
+                    control.RUN.size,
+                    control.RESULT.size,
+                    float(supervise.WALL_FACTOR),
+                    supervise.STOP_GRACE,
+                    supervise.STOP_WATCH_AFTER,
+                    supervise.REAP_BUDGET,
+                ),
+            )
         while True:
             body, fds = control.receive_body(z.ctl)
-            payload = self.run(body, fds)
+            payload, clean = self.run(body, fds)
             control.send_payload(z.ctl, payload)
-            if payload[16]:  # unclean: something survived SIGKILL; let the parent replace us
+            if not clean:  # something survived SIGKILL: let the parent replace us
                 os._exit(3)
 
-    def prepare(self, prep: bytes) -> tuple[Any, ...]:
+    def prepare(self, prep: bytes | bytearray) -> tuple[Any, ...]:
         """New limits (marshal'd): the child's confinement plan, built before any fork.
 
         Returns the plan as the C loop applies it (``confine.native_form``).
@@ -95,8 +105,11 @@ class SampleRole:
 
     # -- the Python loop ------------------------------------------------------------------
 
-    def run(self, body: bytearray, fds: list[int]) -> bytes:
-        """Fork, confine and watch one sample; everything it started dies after."""
+    def run(self, body: bytearray, fds: list[int]) -> tuple[bytes, bool]:
+        """Fork, confine and watch one sample; everything it started dies after.
+
+        Returns the reply (``control.RESULT``) and whether nothing survived.
+        """
         if len(body) < control.RUN.size or body[:4] != b"RUN1":
             os._exit(0)  # anything else from the parent means: stop
         (
@@ -114,7 +127,7 @@ class SampleRole:
         prep = body[control.RUN.size : control.RUN.size + prep_size]
         message = bytes(body[control.RUN.size + prep_size :])
         if prep != self._prep:
-            self.prepare(bytes(prep))
+            self.prepare(prep)
         size = program_size + stdin_size
         control.receive_into(self._zygote.ctl, self._buffer, size)
         rpc_fd = fds[0] if fds else None
@@ -173,7 +186,7 @@ class SampleRole:
             os.close(judge_done)
         self._drop_scratch()
         out, err = seen.streams["stdout"], seen.streams["stderr"]
-        return control.result_payload(
+        payload = control.result_payload(
             request_id,
             (seen.exited_by_itself, seen.timed_out, seen.stopped, seen.output_limit, not clean),
             seen.status,
@@ -183,6 +196,7 @@ class SampleRole:
             (bytes(out.data), out.total),
             (bytes(err.data), err.total),
         )
+        return payload, clean
 
     # -- the child (either loop) ----------------------------------------------------------
 

@@ -25,6 +25,7 @@ STOP_GRACE = 0.25
 # most samples end sooner, and watching from the start would wake the zygote
 # once more per sample (the judge finishes just before its sample exits).
 STOP_WATCH_AFTER = 0.05
+REAP_BUDGET = 5.0  # seconds of SIGKILLs before a worker is given up as unclean
 
 
 class Capture:
@@ -216,7 +217,7 @@ def _own_children() -> list[int]:
     return pids
 
 
-def reap_everything(main_pid: int, group: int, result: Watch, budget: float = 5.0) -> bool:
+def reap_everything(main_pid: int, group: int, result: Watch, budget: float = REAP_BUDGET) -> bool:
     """Kill and reap until no child is left; record the main child's status.
 
     Returns False if something survived ``budget`` seconds of SIGKILLs (a
