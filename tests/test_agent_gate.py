@@ -160,6 +160,23 @@ async def test_expired_quote_is_refused(agent_env: Path, store_path: Path, gpt2_
 
 
 @pytest.mark.anyio
+async def test_terminal_approval_prints_the_id_as_written(
+    agent_env: Path, store_path: Path, gpt2_a: Path
+) -> None:
+    """An id of digits alone must not come back coloured (it did, one time in a hundred)."""
+    async with Client(build_server(store_path, config=PRICED)) as client:
+        quote = result(await client.call_tool("quote_sweep", sweep_args(gpt2_a)))
+    digits = "q-1234567890"
+    with sqlite3.connect(store_path) as conn:
+        conn.execute(
+            "UPDATE agent_quotes SET quote_id = ? WHERE quote_id = ?", (digits, quote["quote_id"])
+        )
+    code, output = approve_in_terminal(store_path, digits, b"y")
+    assert code == 0 and f"approved {digits}\r\n" in output, output
+    assert "\x1b[" not in output.split("approved", 1)[1]
+
+
+@pytest.mark.anyio
 async def test_paid_work_needs_approval_from_the_terminal(
     agent_env: Path, store_path: Path, gpt2_a: Path
 ) -> None:

@@ -23,7 +23,8 @@ from evalsweep import __version__
 from evalsweep.errors import EvalsweepError
 
 F = TypeVar("F", bound=Callable[..., Any])
-stdout = Console()
+# Messages carry ids and paths: no colour guessed from their digits.
+stdout = Console(highlight=False)
 stderr = Console(stderr=True)
 
 
