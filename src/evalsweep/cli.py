@@ -611,7 +611,7 @@ def list_tasks_command(as_json: bool) -> None:
     """List the benchmarks evalsweep can run."""
     from evalsweep.tasks import get_task, list_tasks
 
-    rows = []
+    rows: list[dict[str, Any]] = []
     for name in list_tasks():
         task = get_task(name)
         rows.append(

@@ -75,11 +75,20 @@ def build_checkpoint(
 ) -> Path:
     """Write a random-weight causal LM of the given shape (safetensors) with its tokenizer."""
     import torch
-    from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
+    from transformers import (
+        GPT2Config,
+        GPT2LMHeadModel,
+        LlamaConfig,
+        LlamaForCausalLM,
+        PretrainedConfig,
+        PreTrainedModel,
+    )
 
     torch.manual_seed(seed)
     vocab = len(tokenizer)
     eos_id = tokenizer.convert_tokens_to_ids(EOS)
+    config: PretrainedConfig
+    model: PreTrainedModel
     if architecture == "gpt2":
         config = GPT2Config(
             vocab_size=vocab,
@@ -109,7 +118,7 @@ def build_checkpoint(
         raise ValueError(f"unknown architecture {architecture!r}")
     model.eval()
     out_dir.mkdir(parents=True, exist_ok=True)
-    model.save_pretrained(out_dir, safe_serialization=True)
+    model.save_pretrained(str(out_dir), safe_serialization=True)
     tokenizer.save_pretrained(out_dir)
     return out_dir
 
@@ -142,5 +151,5 @@ def build_lora_adapter(base_dir: Path, out_dir: Path, *, rank: int = 4, seed: in
     )
     model = get_peft_model(base, config)
     out_dir.mkdir(parents=True, exist_ok=True)
-    model.save_pretrained(out_dir, safe_serialization=True)
+    model.save_pretrained(str(out_dir), safe_serialization=True)
     return out_dir

@@ -360,8 +360,10 @@ class HFBackend:
             return CPU_TOKEN_BUDGET
         free, _total = self.torch.cuda.mem_get_info(self.device)
         config = self.model.config
-        hidden = getattr(config, "hidden_size", None) or getattr(config, "n_embd", 1024)
-        layers = getattr(config, "num_hidden_layers", None) or getattr(config, "n_layer", 24)
+        hidden = getattr(config, "hidden_size", None) or getattr(config, "n_embd", None) or 1024
+        layers = (
+            getattr(config, "num_hidden_layers", None) or getattr(config, "n_layer", None) or 24
+        )
         per_token = hidden * self.dtype.itemsize * (layers + 16) * 2
         return int(max(2048, min(1 << 19, 0.5 * free / per_token)))
 
@@ -583,7 +585,9 @@ def _reserved_cache(reserve: int) -> Any:
         ) -> None:
             while len(self.layers) <= layer:
                 self.layers.append(ReservedLayer())
-            self.layers[layer].place(row, rows, longest, keys, values)
+            reserved = self.layers[layer]
+            assert isinstance(reserved, ReservedLayer)  # the only kind this cache appends
+            reserved.place(row, rows, longest, keys, values)
 
     return ReservedCache()
 

@@ -24,7 +24,7 @@ def settings_key(kind: str, settings: Any) -> str:
 
 def environment() -> dict[str, Any]:
     """Versions of the software that computed the numbers, and the machine it ran on."""
-    versions = {}
+    versions: dict[str, str | None] = {}
     for name in PACKAGES:
         try:
             versions[name] = metadata.version(name)

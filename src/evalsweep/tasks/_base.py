@@ -143,7 +143,8 @@ class TaskData:
     """Loaded benchmark data: test documents plus the pool few-shot examples come from."""
 
     documents: list[Document]
-    fewshot_pool: Mapping[str, list[Mapping[str, Any]]]
+    # Rows by split for most tasks; the code tasks keep their parsed problems here too.
+    fewshot_pool: Mapping[str, Sequence[Any]]
     source: str
 
 

@@ -74,7 +74,7 @@ def read_text_format(path: Path, limit: int | None = None) -> list[dict[str, Any
             f"{path}: {len(lines)} lines, not a multiple of {LINES_PER_ITEM} (one item per "
             "6 lines: context, gold index, four endings)"
         )
-    items = []
+    items: list[dict[str, Any]] = []
     for start in range(0, len(lines), LINES_PER_ITEM):
         if limit is not None and len(items) >= limit:
             break

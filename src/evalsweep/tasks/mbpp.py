@@ -10,7 +10,7 @@ completion with the asserts, here in evalsweep's sandbox.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -75,7 +75,10 @@ class MBPP(CodeTask):
             Document(f"MBPP/{row['task_id']}", i, {"question": row["text"], **row})
             for i, row in enumerate(tests)
         ]
-        pool = {"shots": [by_id[i] for i in FEWSHOT_IDS], "problems": list(problems.values())}
+        pool: dict[str, Sequence[Any]] = {
+            "shots": [by_id[i] for i in FEWSHOT_IDS],
+            "problems": list(problems.values()),
+        }
         return TaskData(documents, pool, source.describe())
 
     def prepare(self, data: TaskData, num_fewshot: int) -> list[PreparedDocument]:

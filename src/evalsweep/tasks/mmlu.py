@@ -91,7 +91,7 @@ class MMLU:
     name = "mmlu"
     version = "lm-eval mmlu v2 (subjects v1.0)"
     default_num_fewshot = 5
-    metrics = (MetricSpec("acc"),)
+    metrics: tuple[MetricSpec, ...] = (MetricSpec("acc"),)
 
     def __init__(self, subjects: Sequence[str] = SUBJECTS, name: str = "mmlu") -> None:
         unknown = [s for s in subjects if s not in CATEGORIES]
@@ -117,7 +117,7 @@ class MMLU:
             rows = load_hub_split("cais/mmlu", subject, split)
             return [_check_hub_row(row, subject, split) for row in rows[:limit]]
         path = Path(source.data_dir) / "mmlu" / split / f"{subject}_{split}.csv"
-        parsed = []
+        parsed: list[Mapping[str, Any]] = []
         for number, row in enumerate(read_csv_rows(path, 6, limit), start=1):
             if row[5] not in LETTERS:
                 raise DataError(f"{path}:{number}: answer must be one of A-D, found {row[5]!r}")
