@@ -152,7 +152,8 @@ def test_human_output_names_the_sandbox_layers_and_json_is_the_whole_result(
     assert shown.returncode == 0, shown.stderr
     assert "pass@1: 0.5000" in shown.stdout
     assert "isolation layers active; missing:" in shown.stdout
-    assert f"{samples}_results.jsonl" in shown.stdout.replace("\n", "")
+    assert "verdicts: 1 passed, 1 failed, 0 timeout, 0 error\n" in shown.stdout
+    assert f"wrote {samples}_results.jsonl\n" in shown.stdout
 
     as_json = _code_eval(
         cli_env, "--problems", HUMANEVAL, "--samples", samples, "--k", "1", "--json"

@@ -18,6 +18,7 @@ from typing import Any, TypeVar
 
 import click
 from rich.console import Console
+from rich.text import Text
 
 from evalsweep import __version__
 from evalsweep.errors import EvalsweepError
@@ -30,9 +31,16 @@ stderr = Console(stderr=True)
 
 def _fail(message: str, code: int) -> None:
     stderr.print(
-        f"[bold red]evalsweep: error:[/bold red] {message}", highlight=False, soft_wrap=True
+        Text.assemble(("evalsweep: error:", "bold red"), " ", message),
+        highlight=False,
+        soft_wrap=True,
     )
     sys.exit(code)
+
+
+def _say(message: str | Text, style: str | None = None) -> None:
+    """One line of output, whole and as written: paths, ids and names in it are not markup."""
+    stdout.print(message, style=style, markup=False, soft_wrap=True)
 
 
 def user_errors(func: F) -> F:
@@ -264,7 +272,7 @@ def run(
         write_outputs(out, document, result)
     _show(document, as_json, subjects)
     if out and not as_json:
-        stdout.print(f"[dim]wrote {out}/results.json and {out}/samples.jsonl[/dim]")
+        _say(f"wrote {out}/results.json and {out}/samples.jsonl", style="dim")
     if fail_on_regression and any(c["verdict"] == "regression" for c in document["comparisons"]):
         sys.exit(3)
 
@@ -380,7 +388,7 @@ def flips(
         return
     stdout.print(render_flips(rows[:max_rows], baseline, candidate))
     if len(rows) > max_rows:
-        stdout.print(f"[dim]{len(rows) - max_rows} more; use --max or --json[/dim]")
+        _say(f"{len(rows) - max_rows} more; use --max or --json", style="dim")
 
 
 @main.command()
@@ -433,10 +441,10 @@ def report(
     }
     if html_path:
         write_html(html_path, document, flips)
-        stdout.print(f"wrote {html_path}")
+        _say(f"wrote {html_path}")
     if markdown_path:
         write_text(markdown_path, render_markdown(document, flips))
-        stdout.print(f"wrote {markdown_path}")
+        _say(f"wrote {markdown_path}")
 
 
 @main.command("code-eval")
@@ -528,15 +536,16 @@ def code_eval(
         click.echo(json.dumps(result.as_dict(), indent=2, default=str))
         return
     scores = ", ".join(f"pass@{k}: {v:.4f}" for k, v in sorted(result.pass_at_k.items()))
-    stdout.print(f"{scores}  ({result.n_samples} samples, {result.n_tasks} problems)")
-    stdout.print(f"verdicts: {result.counts}")
+    counts = ", ".join(f"{n} {status}" for status, n in result.counts.items())
     run = result.run
     resumed = (
         f", {run.samples_resumed} reused from an interrupted run" if run.samples_resumed else ""
     )
-    stdout.print(f"ran {run.samples_run} samples in {run.wall_seconds:.1f} s{resumed}")
-    stdout.print(f"sandbox: {run.sandbox.summary()} ({run.workers} workers)")
-    stdout.print(f"[dim]wrote {result.results_path}[/dim]")
+    _say(f"{scores}  ({result.n_samples} samples, {result.n_tasks} problems)")
+    _say(f"verdicts: {counts}")
+    _say(f"ran {run.samples_run} samples in {run.wall_seconds:.1f} s{resumed}")
+    _say(f"sandbox: {run.sandbox.summary()} ({run.workers} workers)")
+    _say(f"wrote {result.results_path}", style="dim")
 
 
 def _code_task(name: str, samples: int, temperature: float, ks: str) -> Any:
@@ -579,12 +588,10 @@ def import_lm_eval_command(folder: Path, store: Path | None, as_json: bool, debu
         return
     for run in runs:
         tasks = ", ".join(f"{task} ({n} documents)" for task, n in run.tasks.items()) or "nothing"
-        stdout.print(
-            f"[bold]{run.checkpoint['reference']}[/bold] ({run.checkpoint['identity']}): {tasks}",
-            highlight=False,
-        )
+        reference, identity = run.checkpoint["reference"], run.checkpoint["identity"]
+        _say(Text.assemble((reference, "bold"), f" ({identity}): {tasks}"))
         if run.skipped:
-            stdout.print(f"[dim]  no samples for: {', '.join(run.skipped)}[/dim]", highlight=False)
+            _say(f"  no samples for: {', '.join(run.skipped)}", style="dim")
 
 
 @main.command()
@@ -626,10 +633,8 @@ def list_tasks_command(as_json: bool) -> None:
         click.echo(json.dumps(rows, indent=2))
         return
     for row in rows:
-        stdout.print(
-            f"[bold]{row['name']}[/bold]  {row['version']}, {row['num_fewshot']}-shot, "
-            f"metrics: {', '.join(row['metrics'])}"
-        )
+        details = f"  {row['version']}, {row['num_fewshot']}-shot, metrics: "
+        _say(Text.assemble((row["name"], "bold"), details + ", ".join(row["metrics"])))
 
 
 @main.command("targets")
@@ -662,10 +667,9 @@ def quote_command(gpu: str, count: int, as_json: bool, debug: bool) -> None:
     if as_json:
         click.echo(json.dumps(found, indent=2))
         return
-    stdout.print(
+    _say(
         f"{found['count']} x {found['gpu']}: {found['hourly_price']:.2f} USD/h on "
-        f"{found['offer_cloud']} {found['offer_instance_type']} (catalog {found['catalog']})",
-        highlight=False,
+        f"{found['offer_cloud']} {found['offer_instance_type']} (catalog {found['catalog']})"
     )
 
 
@@ -703,7 +707,7 @@ def export_results(
         click.echo(json.dumps({"pieces": [p.as_dict() for p in pieces]}))
         return
     rows = sum(p.rows for p in pieces)
-    stdout.print(f"wrote {len(pieces)} pieces ({rows} lines) to {out}")
+    _say(f"wrote {len(pieces)} pieces ({rows} lines) to {out}")
 
 
 @main.command("import-results")
@@ -720,7 +724,7 @@ def import_results(pieces: tuple[Path, ...], store: Path | None, debug: bool) ->
 
     with Store(store or default_store_path()) as results_store:
         rows = sum(import_piece(results_store, piece.read_bytes()) for piece in pieces)
-    stdout.print(f"imported {rows} rows into {store or default_store_path()}")
+    _say(f"imported {rows} rows into {store or default_store_path()}")
 
 
 @main.command()
@@ -798,15 +802,15 @@ def approve(quote_id: str, store: Path | None, debug: bool) -> None:
         raise GateError("evalsweep approve needs a terminal: run it yourself, not through a pipe")
     with _open_existing_store(store) as results_store:
         quote = load_quote(results_store, quote_id)
-        stdout.print(describe_quote(quote), highlight=False)
+        _say(describe_quote(quote))
         if not click.confirm(f"Approve {quote_id}?", default=False):
             results_store.audit_event(
                 "refusal", f"declined {quote_id} in the terminal", target=quote.target
             )
-            stdout.print("not approved")
+            _say("not approved")
             sys.exit(1)
         record_approval(results_store, quote_id, f"{getpass.getuser()} in a terminal")
-    stdout.print(f"approved {quote_id}")
+    _say(f"approved {quote_id}")
 
 
 @main.group()
@@ -827,7 +831,7 @@ def secrets_set(name: str, debug: bool) -> None:
     else:
         value = sys.stdin.readline().rstrip("\n")
     SecretBox().set(name, value)
-    stdout.print(f"stored {name}")
+    _say(f"stored {name}")
 
 
 @secrets.command("list")
@@ -843,7 +847,7 @@ def secrets_list(as_json: bool, debug: bool) -> None:
         click.echo(json.dumps(names))
         return
     for name in names:
-        stdout.print(name)
+        _say(name)
 
 
 @secrets.command("remove")
@@ -855,7 +859,7 @@ def secrets_remove(name: str, debug: bool) -> None:
     from evalsweep.agent import SecretBox
 
     SecretBox().remove(name)
-    stdout.print(f"removed {name}")
+    _say(f"removed {name}")
 
 
 @main.command()

@@ -92,7 +92,11 @@ def run_demo(
     workdir.mkdir(parents=True, exist_ok=True)
     try:
         if not quiet:
-            console.print(f"[dim]training a tiny GPT-2 and saving steps {STEPS} in {workdir}[/dim]")
+            console.print(
+                f"training a tiny GPT-2 and saving steps {STEPS} in {workdir}",
+                style="dim",
+                markup=False,
+            )
         paths = train_checkpoints(workdir)
         subjects = sorted(
             p.name.removesuffix("_test.csv") for p in (DATA / "mmlu" / "test").glob("*.csv")

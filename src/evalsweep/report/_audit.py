@@ -6,6 +6,7 @@ import time
 from typing import Any
 
 from rich.table import Table
+from rich.text import Text
 
 
 def _clock(value: float | None) -> str:
@@ -22,12 +23,12 @@ def render_audit(entries: list[dict[str, Any]]) -> Table:
     for entry in entries:
         table.add_row(
             str(entry["id"]),
-            entry["kind"],
-            entry.get("target") or "",
+            Text(entry["kind"]),
+            Text(entry.get("target") or ""),
             _clock(entry["started"]),
             _clock(entry.get("ended")),
             "" if entry.get("exit_code") is None else str(entry["exit_code"]),
             "" if entry.get("output_bytes") is None else str(entry["output_bytes"]),
-            entry["text"],
+            Text(entry["text"]),  # commands as run: data, never markup
         )
     return table

@@ -21,7 +21,8 @@ class RichProgress:
         self.console = console or Console(stderr=True)
         self.enabled = enabled
         self._bars = Progress(
-            TextColumn("[bold]{task.description}"),
+            # Labels name checkpoints and files: shown as written, never read as markup.
+            TextColumn("{task.description}", style="bold", markup=False),
             BarColumn(),
             MofNCompleteColumn(),
             TextColumn("{task.fields[rate]}"),
@@ -66,4 +67,4 @@ class RichProgress:
     def note(self, message: str) -> None:
         if self.enabled:
             self._ensure_started()
-            self._bars.console.print(f"[dim]{message}[/dim]")
+            self._bars.console.print(message, style="dim", markup=False, highlight=False)

@@ -2,6 +2,8 @@
 
 With comparisons, each candidate's cell also shows its difference from the
 baseline and a verdict mark: red for a regression, green for an improvement.
+Checkpoint, task and subject names go in as :class:`~rich.text.Text` (or
+escaped, in headers), so a name like ``run[v2]`` shows as written.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
@@ -58,10 +61,11 @@ def render_table(
         n = next(
             (cells[(c, task, metric)]["n"] for c in checkpoints if (c, task, metric) in cells), 0
         )
-        table.add_column(f"{task}\n{SHORT.get(metric, metric)}\nn={n}", justify="right")
+        header = escape(f"{task}\n{SHORT.get(metric, metric)}\nn={n}")
+        table.add_column(header, justify="right")
     for checkpoint in checkpoints:
         label = names[checkpoint] + (" (baseline)" if checkpoint == baseline else "")
-        row: list[Text | str] = [label]
+        row: list[Text | str] = [Text(label)]
         for task, metric in columns:
             cell = cells.get((checkpoint, task, metric))
             row.append(_cell(cell, verdicts.get((checkpoint, task, metric))))
@@ -110,9 +114,9 @@ def render_subject_table(
     table.add_column("task / subject", style="bold")
     names = display_names(checkpoints)
     for checkpoint in checkpoints:
-        table.add_column(names[checkpoint], justify="right")
+        table.add_column(escape(names[checkpoint]), justify="right")
     for task, subject in keys:
-        row: list[Text | str] = [f"{task} / {subject}"]
+        row: list[Text | str] = [Text(f"{task} / {subject}")]
         for checkpoint in checkpoints:
             row.append(
                 _cell(

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from rich.table import Table
+from rich.text import Text
 
 
 def render_targets(rows: list[dict[str, Any]]) -> Table:
@@ -14,9 +15,9 @@ def render_targets(rows: list[dict[str, Any]]) -> Table:
         table.add_column(column, overflow="fold")
     for row in rows:
         table.add_row(
-            row["name"],
-            row["kind"],
-            row["hardware"],
+            Text(row["name"]),  # names and hardware come from the user's config: not markup
+            Text(row["kind"]),
+            Text(row["hardware"]),
             f"{row['hourly_rate']:.2f} {row['currency']}",
             "yes" if row["lifecycle"] else "",
         )
