@@ -148,9 +148,10 @@ def test_human_output_names_the_sandbox_layers_and_json_is_the_whole_result(
     tmp_path: Path, cli_env: dict[str, str]
 ) -> None:
     samples = _write_jsonl(tmp_path / "samples.jsonl", _slow_samples(1))
-    shown = _code_eval(cli_env, "--problems", HUMANEVAL, "--samples", samples, "--k", "1")
+    shown = _code_eval(cli_env, "--problems", HUMANEVAL, "--samples", samples, "--k", "1,5")
     assert shown.returncode == 0, shown.stderr
-    assert "pass@1: 0.5000" in shown.stdout
+    assert "pass@1: 0.5000  (2 samples, 1 problems)\n" in shown.stdout
+    assert "pass@5 left out: some problems have fewer samples than k\n" in shown.stdout
     assert "isolation layers active; missing:" in shown.stdout
     assert "verdicts: 1 passed, 1 failed, 0 timeout, 0 error\n" in shown.stdout
     assert f"wrote {samples}_results.jsonl\n" in shown.stdout
@@ -165,6 +166,17 @@ def test_human_output_names_the_sandbox_layers_and_json_is_the_whole_result(
     assert {layer["name"] for layer in layers} >= {"seccomp", "network namespace"}
     assert result["run"]["limits"]["timeout"] == 3.0
     assert "python" in result["run"]["versions"]
+
+
+@pytest.mark.parametrize("ks", ["0", "1,0", "", "1,x"])
+def test_a_k_below_one_is_refused_before_anything_runs(
+    tmp_path: Path, cli_env: dict[str, str], ks: str
+) -> None:
+    samples = _write_jsonl(tmp_path / "samples.jsonl", _slow_samples(1))
+    failed = _code_eval(cli_env, "--problems", HUMANEVAL, "--samples", samples, "--k", ks)
+    assert failed.returncode == 2 and "Traceback" not in failed.stderr
+    assert f"--k {ks!r}" in failed.stderr
+    assert not Path(f"{samples}_results.jsonl").exists()
 
 
 @pytest.mark.parametrize(

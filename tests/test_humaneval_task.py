@@ -62,6 +62,8 @@ def test_several_samples_need_a_temperature() -> None:
 
     with pytest.raises(TaskError, match="temperature"):
         HumanEval(samples=4, temperature=0.0)
+    with pytest.raises(TaskError, match="at least 1"):
+        HumanEval(samples=4, temperature=0.8, ks=(1, 0))
 
 
 def test_sampled_generation_is_seeded_per_sample_not_per_batch(gpt2_a: Path) -> None:

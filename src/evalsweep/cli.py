@@ -505,10 +505,7 @@ def code_eval(
     from evalsweep.execution import evaluate_samples_file
     from evalsweep.report import RichProgress
 
-    try:
-        k_values = tuple(int(k) for k in ks.split(",") if k.strip())
-    except ValueError:
-        raise click.BadParameter(f"{ks!r} is not a comma-separated list of numbers") from None
+    k_values = _k_values(ks)
     if timeout <= 0:
         raise click.BadParameter("--timeout must be positive")
     with RichProgress(stderr, enabled=not as_json) as bars:
@@ -536,16 +533,31 @@ def code_eval(
         click.echo(json.dumps(result.as_dict(), indent=2, default=str))
         return
     scores = ", ".join(f"pass@{k}: {v:.4f}" for k, v in sorted(result.pass_at_k.items()))
+    scores = scores or "pass@k: none"
+    left_out = [f"pass@{k}" for k in sorted(set(k_values)) if k not in result.pass_at_k]
     counts = ", ".join(f"{n} {status}" for status, n in result.counts.items())
     run = result.run
     resumed = (
         f", {run.samples_resumed} reused from an interrupted run" if run.samples_resumed else ""
     )
     _say(f"{scores}  ({result.n_samples} samples, {result.n_tasks} problems)")
+    if left_out:
+        _say(f"{', '.join(left_out)} left out: some problems have fewer samples than k", "dim")
     _say(f"verdicts: {counts}")
     _say(f"ran {run.samples_run} samples in {run.wall_seconds:.1f} s{resumed}")
     _say(f"sandbox: {run.sandbox.summary()} ({run.workers} workers)")
     _say(f"wrote {result.results_path}", style="dim")
+
+
+def _k_values(ks: str) -> tuple[int, ...]:
+    """``--k 1,10,100`` as numbers; each k is a whole number of at least 1."""
+    try:
+        k_values = tuple(int(k) for k in ks.split(",") if k.strip())
+    except ValueError:
+        raise click.BadParameter(f"--k {ks!r} is not a comma-separated list of numbers") from None
+    if not k_values or min(k_values) < 1:
+        raise click.BadParameter(f"--k {ks!r}: each k must be at least 1")
+    return k_values
 
 
 def _code_task(name: str, samples: int, temperature: float, ks: str) -> Any:
@@ -555,10 +567,7 @@ def _code_task(name: str, samples: int, temperature: float, ks: str) -> Any:
     from evalsweep.tasks.humaneval import HumanEval
     from evalsweep.tasks.mbpp import MBPP
 
-    try:
-        k_values = [int(k) for k in ks.split(",") if k.strip()]
-    except ValueError:
-        raise click.BadParameter(f"--k {ks!r} is not a comma-separated list of numbers") from None
+    k_values = _k_values(ks)
     task_class = HumanEval if name == "humaneval" else MBPP
     return task_class(samples=samples, temperature=temperature, ks=k_values)
 

@@ -135,7 +135,10 @@ def evaluate_samples_file(
 
     Raises:
         DataError: a malformed problems or samples file (nothing is run or written).
+        ValueError: a k below 1 (nothing is run or written).
     """
+    if any(k < 1 for k in ks):
+        raise ValueError(f"each k of pass@k must be at least 1, got {list(ks)}")
     problems_path, samples_path = Path(problems_path), Path(samples_path)
     problems = load_problems(problems_path)
     samples = load_samples(samples_path, problems)

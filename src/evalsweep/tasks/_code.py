@@ -31,6 +31,8 @@ class CodeTask:
             raise TaskError(f"{self.name}: --samples-per-problem must be at least 1, got {samples}")
         if samples > 1 and temperature <= 0:
             raise TaskError(f"{self.name}: several samples per problem need --temperature above 0")
+        if any(k < 1 for k in ks):
+            raise TaskError(f"{self.name}: each k of pass@k must be at least 1, got {list(ks)}")
         self.samples = samples
         self.temperature = temperature
         self.ks = tuple(k for k in sorted(set(ks)) if k <= samples) or (1,)
