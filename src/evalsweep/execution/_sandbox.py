@@ -124,17 +124,17 @@ class Launcher:
             if self._sock is None:
                 return None
             try:
-                socket.send_fds(self._sock, [b"z"], [ctl.fileno(), log.fileno()])
-                data, fds, _flags, _addr = socket.recv_fds(self._sock, 4, 1)
+                socket.send_fds(self._sock, [control.LAUNCH], [ctl.fileno(), log.fileno()])
+                data, fds, _flags, _addr = socket.recv_fds(self._sock, control.LAUNCHED.size, 1)
             except OSError:
                 self._stop()
                 return None
-            if len(data) != 4 or len(fds) != 1:
+            if len(data) != control.LAUNCHED.size or len(fds) != 1:
                 for fd in fds:
                     os.close(fd)
                 self._stop()
                 return None
-            return _Forked(struct.unpack("<i", data)[0], fds[0])
+            return _Forked(control.LAUNCHED.unpack(data)[0], fds[0])
 
     def close(self) -> None:
         with self._lock:

@@ -291,8 +291,9 @@ class ExecutionService:
             # leftovers included.
             "scratch_parent": self._scratch_parent,
         }
+        launcher = Launcher(config)
         settings = WorkerSettings(
-            launcher=Launcher(config),
+            launcher=launcher,
             config=config,
             judge_preload=JUDGE_PRELOAD,
             cgroups=cgroups,
@@ -316,7 +317,7 @@ class ExecutionService:
         if errors:
             for worker in self._pool:
                 worker.close()
-            settings.launcher.close()  # type: ignore[union-attr]
+            launcher.close()
             shutil.rmtree(self._scratch_parent, ignore_errors=True)
             raise SandboxUnavailableError(
                 f"cannot start a sandboxed worker: {errors[0]}"

@@ -36,6 +36,11 @@ RUN = struct.Struct("<4sQdQQQQIII")
 # wall and CPU seconds, max RSS (KiB), stdout and stderr byte counts, then the
 # lengths of the stdout and stderr excerpts that follow.
 RESULT = struct.Struct("<4sQBBBBBxxxiddqQQII")
+# The launcher's socket (``launcher``, ``_sandbox.Launcher``): the parent sends
+# LAUNCH with a zygote's control socket and log file as SCM_RIGHTS; the reply
+# is the new process's pid (LAUNCHED) with its pidfd.
+LAUNCH = b"z"
+LAUNCHED = struct.Struct("<i")
 
 
 def receive(ctl: socket.socket) -> tuple[dict[str, Any], list[int]]:

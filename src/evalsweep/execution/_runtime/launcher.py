@@ -21,14 +21,11 @@ from __future__ import annotations
 import os
 import signal
 import socket
-import struct
 import sys
 from typing import NoReturn
 
 from . import zygote
-
-_REQUEST = b"z"
-_PID = struct.Struct("<i")
+from .control import LAUNCH, LAUNCHED
 
 
 def _reap(_signum: int, _frame: object) -> None:
@@ -47,8 +44,8 @@ def main() -> NoReturn:
     devnull = os.open(os.devnull, os.O_RDWR | os.O_CLOEXEC)
     signal.signal(signal.SIGCHLD, _reap)
     while True:
-        data, fds, _flags, _addr = socket.recv_fds(sock, 1, 2)
-        if data != _REQUEST or len(fds) != 2:
+        data, fds, _flags, _addr = socket.recv_fds(sock, len(LAUNCH), 2)
+        if data != LAUNCH or len(fds) != 2:
             os._exit(0)  # end-of-file (the service is closing) or nonsense
         ctl, log = fds
         # Until the pidfd is open, the child must not be reaped (its pid
@@ -61,7 +58,7 @@ def main() -> NoReturn:
         signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGCHLD})
         os.close(ctl)
         os.close(log)
-        socket.send_fds(sock, [_PID.pack(pid)], [pidfd])
+        socket.send_fds(sock, [LAUNCHED.pack(pid)], [pidfd])
         os.close(pidfd)
 
 
