@@ -23,38 +23,77 @@ os.environ.update(OFFLINE_ENV)
 
 import contextlib  # noqa: E402
 import sqlite3  # noqa: E402
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+import traceback  # noqa: E402
+from collections.abc import Sequence  # noqa: E402
+from dataclasses import dataclass  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 import pytest  # noqa: E402
+
+#: A test that uses one of these fixtures talks to a real server or reference tool (sshd,
+#: a Ray cluster, headless Chromium, lm-eval's own CLI): it is an integration test, outside the
+#: fast lane (``scripts/test --fast``). Modules that are integration tests as a whole say so
+#: with ``pytestmark = pytest.mark.integration``.
+INTEGRATION_FIXTURES = frozenset({"sshd", "ray_cluster", "browser", "page", "lm_eval_logs"})
+
+#: A skip whose reason starts with this names a component a developer may legitimately lack
+#: (a GPU, a cloud account). Under ``EVALSWEEP_REQUIRE_ALL=1`` (the full lane, as CI runs it)
+#: every other skip fails the run: what ``scripts/setup-dev`` installs is required.
+OPTIONAL_COMPONENT = "optional component:"
+
+_skips: list[tuple[str, str]] = []
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        if INTEGRATION_FIXTURES.intersection(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.integration)
+
+
+def _note_skip(report: pytest.CollectReport | pytest.TestReport) -> None:
+    if not report.skipped or hasattr(report, "wasxfail"):
+        return
+    longrepr = report.longrepr
+    reason = longrepr[2] if isinstance(longrepr, tuple) else str(longrepr)
+    reason = reason.removeprefix("Skipped: ")
+    if not reason.startswith(OPTIONAL_COMPONENT):
+        _skips.append((report.nodeid, reason))
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    _note_skip(report)
+
+
+def pytest_collectreport(report: pytest.CollectReport) -> None:
+    _note_skip(report)
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    if _skips and os.environ.get("EVALSWEEP_REQUIRE_ALL") == "1" and exitstatus == 0:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    if _skips and os.environ.get("EVALSWEEP_REQUIRE_ALL") == "1":
+        terminalreporter.section("required tests that skipped (the run fails)", red=True)
+        for nodeid, reason in _skips:
+            terminalreporter.line(f"{nodeid}: {reason}")
+
 
 TOKENIZER_LINES = 3000
 VOCAB_SIZE = 1024
 
 
-def _data_dir() -> Path:
-    override = os.environ.get("EVALSWEEP_TEST_DATA")
-    if override:
-        return Path(override).expanduser().resolve()
-    return Path(__file__).resolve().parents[2] / "shared" / "data"
+#: Slices of the public benchmark files, in their original formats (tests/data/README.md).
+TEST_DATA = Path(__file__).resolve().parent / "data"
 
 
 @pytest.fixture(scope="session")
 def data_dir() -> Path:
-    """Real MMLU and GSM8K files (``../shared/data``, or ``$EVALSWEEP_TEST_DATA``)."""
-    path = _data_dir()
-    needed = [
-        path / "mmlu" / "test" / "abstract_algebra_test.csv",
-        path / "mmlu" / "dev" / "abstract_algebra_dev.csv",
-        path / "gsm8k" / "test.jsonl",
-        path / "gsm8k" / "train.jsonl",
-    ]
-    missing = [str(p) for p in needed if not p.is_file()]
-    if missing:
-        pytest.fail(
-            f"benchmark data not found ({', '.join(missing)}); "
-            "put shared/data beside the repository or set EVALSWEEP_TEST_DATA"
-        )
-    return path
+    """Real MMLU, GSM8K, ARC, HellaSwag, HumanEval and MBPP rows, shipped in ``tests/data``."""
+    return TEST_DATA
 
 
 @pytest.fixture(scope="session")
@@ -164,3 +203,82 @@ def count_sample_rows(path: Path) -> int:
 def sample_rows():  # type: ignore[no-untyped-def]
     """``sample_rows(path)``: number of stored sample rows in a results file."""
     return count_sample_rows
+
+
+@dataclass
+class Ran:
+    """What one ``evalsweep`` command gave: exit status and both streams."""
+
+    returncode: int
+    stdout: str
+    stderr: str
+
+    @property
+    def stderr_lines(self) -> list[str]:
+        return [line for line in self.stderr.splitlines() if line.strip()]
+
+
+def run_cli(
+    args: Sequence[object],
+    env: dict[str, str] | None = None,
+    cwd: Path | None = None,
+    input: str | None = None,
+    check: bool = False,
+) -> Ran:
+    """``evalsweep ARGS`` in this process, through click's test runner.
+
+    For every test that is about what a command does and prints: no interpreter
+    start and no second import of torch. ``env`` is the command's whole
+    environment (variables of this process that it lacks are unset while the
+    command runs). An exception that escapes the command is written to
+    ``stderr`` as the traceback a user would see, so that tests which assert
+    there is none still can. ``check``: assert the command succeeded.
+    """
+    from click.testing import CliRunner
+
+    from evalsweep.cli import main
+
+    overrides: dict[str, str | None] = {}
+    if env is not None:
+        overrides = {key: value for key, value in env.items() if os.environ.get(key) != value}
+        overrides.update({key: None for key in os.environ if key not in env})
+    try:
+        runner = CliRunner(mix_stderr=False)  # type: ignore[call-arg]
+    except TypeError:  # click 8.2+: stderr is always apart
+        runner = CliRunner()
+    before = os.getcwd()
+    if cwd is not None:
+        os.chdir(cwd)
+    try:
+        result = runner.invoke(main, [str(arg) for arg in args], env=overrides, input=input)
+    finally:
+        os.chdir(before)
+    stderr = result.stderr
+    if result.exception is not None and not isinstance(result.exception, SystemExit):
+        assert result.exc_info is not None
+        stderr += "".join(traceback.format_exception(*result.exc_info))
+    if check:
+        assert result.exit_code == 0, stderr
+    return Ran(result.exit_code, result.stdout, stderr)
+
+
+def run_cli_process(
+    args: Sequence[object],
+    env: dict[str, str],
+    cwd: Path | None = None,
+    timeout: float = 300,
+    input: str | None = None,
+) -> Ran:
+    """``evalsweep ARGS`` as its own process: for tests about the process itself
+    (signals, exit on a kill, stdin and terminals, what reaches another process)."""
+    done = subprocess.run(
+        [sys.executable, "-m", "evalsweep", *map(str, args)],
+        cwd=cwd,
+        env=env,
+        input=input,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+    return Ran(done.returncode, done.stdout, done.stderr)

@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
+from conftest import run_cli
 from evalsweep.checkpoints import ResolvedCheckpoint, resolve_checkpoint
 from evalsweep.errors import CheckpointError
 from evalsweep.models import BackendOptions, load_backend
@@ -125,10 +124,10 @@ def test_run_compares_a_base_and_two_adapters(
     cli_env: dict[str, str],
 ) -> None:
     refs = [str(gpt2_a), str(adapters[0]), str(adapters[1])]
-    command = [sys.executable, "-m", "evalsweep.cli", "run", *refs, "--tasks",
+    command = ["run", *refs, "--tasks",
                "mmlu_abstract_algebra", "--limit", "8", "--num-fewshot", "1",
                "--data-dir", str(data_dir), "--store", str(store_path), "--json"]  # fmt: skip
-    done = subprocess.run(command, env=cli_env, capture_output=True, text=True, timeout=600)
+    done = run_cli(command, env=cli_env)
     assert done.returncode == 0, done.stderr
     document = json.loads(done.stdout)
     checkpoints = {c["reference"]: c for c in document["checkpoints"]}

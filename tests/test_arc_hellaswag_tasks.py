@@ -9,13 +9,12 @@ from __future__ import annotations
 
 import ast
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
 
+from conftest import run_cli
 from evalsweep.errors import DataError
 from evalsweep.requests import LoglikelihoodRequest, LoglikelihoodResult
 from evalsweep.tasks import DataSource, get_task
@@ -205,12 +204,12 @@ def test_run_compares_checkpoints_on_arc_and_hellaswag_and_resumes(
     tmp_path: Path, gpt2_a: Path, gpt2_b: Path, data_dir: Path, cli_env: dict[str, str]
 ) -> None:
     command = [
-        sys.executable, "-m", "evalsweep", "run", str(gpt2_a), str(gpt2_b),
+        "run", str(gpt2_a), str(gpt2_b),
         "--tasks", "arc_easy,arc_challenge,hellaswag", "--limit", "4",
         "--data-dir", str(data_dir), "--device", "cpu", "--store", str(tmp_path / "s.db"),
         "--out", str(tmp_path / "out"), "--json",
     ]  # fmt: skip
-    first = subprocess.run(command, env=cli_env, capture_output=True, text=True, check=False)
+    first = run_cli(command, env=cli_env)
     assert first.returncode == 0, first.stderr
     document = json.loads(first.stdout)
     metrics = {(r["task"], r["metric"], r["n"]) for r in document["results"]}
@@ -227,7 +226,7 @@ def test_run_compares_checkpoints_on_arc_and_hellaswag_and_resumes(
         isinstance(line["choices"], list) and len(line["logprobs"]) == len(line["choices"])
         for line in lines
     )
-    again = subprocess.run(command, env=cli_env, capture_output=True, text=True, check=False)
+    again = run_cli(command, env=cli_env)
     assert again.returncode == 0, again.stderr
     assert set(json.loads(again.stdout)["computed_documents"].values()) == {0}
 

@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
+from conftest import run_cli
 from evalsweep.store import Store
 
 
@@ -24,17 +23,17 @@ def test_audit_entries_round_trip_and_cli_lists_them(
     assert entries[0]["ended"] >= entries[0]["started"]
     assert entries[1]["detail"] == {"quote": "q-1"}
 
-    out = subprocess.run(
-        [sys.executable, "-m", "evalsweep", "audit", "--store", str(path), "--json"],
-        capture_output=True, text=True, env=cli_env, check=True,
+    out = run_cli(
+        ["audit", "--store", str(path), "--json"],
+        env=cli_env, check=True,
     )  # fmt: skip
     listed = json.loads(out.stdout)
     assert [e["text"] for e in listed] == [
         "ssh gpu1 'nvidia-smi -L'",
         "start_sweep: quote q-1 already used",
     ]
-    only = subprocess.run(
-        [sys.executable, "-m", "evalsweep", "audit", "--store", str(path), "--kind", "command"],
-        capture_output=True, text=True, env={**cli_env, "COLUMNS": "200"}, check=True,
+    only = run_cli(
+        ["audit", "--store", str(path), "--kind", "command"],
+        env={**cli_env, "COLUMNS": "200"}, check=True,
     )  # fmt: skip
     assert "nvidia-smi -L" in only.stdout and "already used" not in only.stdout

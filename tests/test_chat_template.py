@@ -10,14 +10,13 @@ from __future__ import annotations
 import json
 import shutil
 import sqlite3
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
+from conftest import run_cli
 from evalsweep.engine._chat import multi_turn, single_turn, with_system_instruction
 from evalsweep.tasks import DataSource, get_task
 from evalsweep.tasks.arc import ai2_rows_in_hub_schema
@@ -96,14 +95,13 @@ def test_rendered_prompts_and_continuations_equal_lm_eval(
     from transformers import AutoTokenizer
 
     store = tmp_path / "s.db"
-    done = subprocess.run(
-        [sys.executable, "-m", "evalsweep", "run", str(chat_checkpoint), "--tasks", "arc_easy",
+    done = run_cli(
+        ["run", str(chat_checkpoint), "--tasks", "arc_easy",
          "--limit", "3", "--num-fewshot", "2", "--data-dir", str(data_dir), "--device", "cpu",
          "--apply-chat-template", "--system-instruction", SYSTEM, "--store", str(store),
          "--out", str(tmp_path / "out"),
          "--fewshot-as-multiturn" if multiturn else "--no-fewshot-as-multiturn"],
-        env=cli_env, capture_output=True, text=True, check=False, timeout=600,
-    )  # fmt: skip
+        env=cli_env, )  # fmt: skip
     assert done.returncode == 0, done.stderr
     samples = [json.loads(x) for x in (tmp_path / "out" / "samples.jsonl").read_text().splitlines()]
     with sqlite3.connect(store) as db:
@@ -143,12 +141,11 @@ def test_rendered_prompts_and_continuations_equal_lm_eval(
 def test_checkpoint_without_chat_template_is_a_one_line_error(
     gpt2_a: Path, data_dir: Path, tmp_path: Path, cli_env: dict[str, str]
 ) -> None:
-    done = subprocess.run(
-        [sys.executable, "-m", "evalsweep", "run", str(gpt2_a), "--tasks", "arc_easy", "--limit",
+    done = run_cli(
+        ["run", str(gpt2_a), "--tasks", "arc_easy", "--limit",
          "1", "--data-dir", str(data_dir), "--apply-chat-template", "--store",
          str(tmp_path / "s.db")],
-        env=cli_env, capture_output=True, text=True, check=False, timeout=300,
-    )  # fmt: skip
+        env=cli_env, )  # fmt: skip
     assert done.returncode == 2
     lines = [line for line in done.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and "has no chat template" in lines[0] and str(gpt2_a) in lines[0]
@@ -157,11 +154,10 @@ def test_checkpoint_without_chat_template_is_a_one_line_error(
 def test_fewshot_as_multiturn_needs_a_chat_template(
     gpt2_a: Path, data_dir: Path, tmp_path: Path, cli_env: dict[str, str]
 ) -> None:
-    done = subprocess.run(
-        [sys.executable, "-m", "evalsweep", "run", str(gpt2_a), "--tasks", "arc_easy",
+    done = run_cli(
+        ["run", str(gpt2_a), "--tasks", "arc_easy",
          "--data-dir", str(data_dir), "--fewshot-as-multiturn", "--store", str(tmp_path / "s.db")],
-        env=cli_env, capture_output=True, text=True, check=False, timeout=300,
-    )  # fmt: skip
+        env=cli_env, )  # fmt: skip
     assert done.returncode == 2
     assert "--fewshot-as-multiturn needs --apply-chat-template" in done.stderr
 
@@ -171,12 +167,11 @@ def test_system_instruction_without_template_is_plain_text_as_lm_eval(
     gpt2_a: Path, data_dir: Path, tmp_path: Path, cli_env: dict[str, str]
 ) -> None:
     store = tmp_path / "s.db"
-    done = subprocess.run(
-        [sys.executable, "-m", "evalsweep", "run", str(gpt2_a), "--tasks", "arc_easy", "--limit",
+    done = run_cli(
+        ["run", str(gpt2_a), "--tasks", "arc_easy", "--limit",
          "2", "--num-fewshot", "1", "--data-dir", str(data_dir), "--device", "cpu",
          "--system-instruction", SYSTEM, "--store", str(store), "--out", str(tmp_path / "out")],
-        env=cli_env, capture_output=True, text=True, check=False, timeout=600,
-    )  # fmt: skip
+        env=cli_env, )  # fmt: skip
     assert done.returncode == 0, done.stderr
     samples = [json.loads(x) for x in (tmp_path / "out" / "samples.jsonl").read_text().splitlines()]
     reference = lm_eval_arc_task(data_dir, tmp_path)

@@ -1,12 +1,10 @@
-"""``evalsweep`` as a user runs it: real subprocesses, real checkpoints, a real store."""
+"""``evalsweep`` as a user runs it: the real command line, real checkpoints, a real store."""
 
 from __future__ import annotations
 
 import json
 import os
 import shutil
-import subprocess
-import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -14,34 +12,15 @@ from typing import Any
 
 import pytest
 
-_SCRIPT = Path(sys.executable).parent / "evalsweep"
-EVALSWEEP = [str(_SCRIPT)] if _SCRIPT.is_file() else [sys.executable, "-m", "evalsweep"]
+from conftest import Ran, run_cli
+
 TASKS = "mmlu_abstract_algebra,gsm8k"
 A, B = "./gpt2-alpha", "./gpt2-beta"
 
 
-@dataclass
-class Ran:
-    returncode: int
-    stdout: str
-    stderr: str
-
-    @property
-    def stderr_lines(self) -> list[str]:
-        return [line for line in self.stderr.splitlines() if line.strip()]
-
-
-def evalsweep(args: list[str], cwd: Path, env: dict[str, str], timeout: int = 300) -> Ran:
-    done = subprocess.run(
-        [*EVALSWEEP, *args],
-        cwd=cwd,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,
-    )
-    return Ran(done.returncode, done.stdout, done.stderr)
+def evalsweep(args: list[str], cwd: Path, env: dict[str, str]) -> Ran:
+    """The command as a user in ``cwd`` types it, run in this process."""
+    return run_cli(args, env=env, cwd=cwd)
 
 
 @pytest.fixture(scope="module")
@@ -197,7 +176,7 @@ def test_table_shows_each_checkpoint_and_no_regression_exits_zero(
 def test_help_works_for_each_command(
     command: list[str], tmp_path: Path, cli_env: dict[str, str]
 ) -> None:
-    ran = evalsweep([*command, "--help"], tmp_path, cli_env, timeout=120)
+    ran = evalsweep([*command, "--help"], tmp_path, cli_env)
     assert ran.returncode == 0, ran.stderr
     assert "Usage:" in ran.stdout
     if command == ["run"]:
@@ -206,7 +185,7 @@ def test_help_works_for_each_command(
 
 
 def test_tasks_json_lists_mmlu_and_gsm8k(tmp_path: Path, cli_env: dict[str, str]) -> None:
-    ran = evalsweep(["tasks", "--json"], tmp_path, cli_env, timeout=120)
+    ran = evalsweep(["tasks", "--json"], tmp_path, cli_env)
     assert ran.returncode == 0, ran.stderr
     rows = {row["name"]: row for row in json.loads(ran.stdout)}
     assert {"mmlu", "gsm8k"} <= set(rows)

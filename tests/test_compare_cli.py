@@ -12,10 +12,11 @@ from __future__ import annotations
 
 import csv
 import json
-import subprocess
 from pathlib import Path
 
 import pytest
+
+from conftest import Ran, run_cli
 
 SUBJECT = "high_school_geography"
 
@@ -64,10 +65,8 @@ def a_answers(tmp_path_factory: pytest.TempPathFactory, data_dir: Path) -> Path:
     return out
 
 
-def _evalsweep(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        ["evalsweep", *args], capture_output=True, text=True, env=env, timeout=600, check=False
-    )
+def _evalsweep(env: dict[str, str], *args: str) -> Ran:
+    return run_cli(args, env=env)
 
 
 def _run(env, models, data, store, *refs: str, extra: tuple[str, ...] = ()):  # type: ignore[no-untyped-def]

@@ -6,17 +6,18 @@ from __future__ import annotations
 
 import csv
 import json
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from conftest import run_cli
 from evalsweep.compute import SkyPilotTarget, get_target, load_offers, quote
 from evalsweep.compute._catalog import latest_snapshot
 from evalsweep.errors import TargetError
 from evalsweep.store import Store
+
+pytestmark = pytest.mark.integration
 
 #: The columns of SkyPilot's ``vms.csv`` catalogs that evalsweep and SkyPilot read.
 SKYPILOT_COLUMNS = {
@@ -85,23 +86,22 @@ def test_targets_and_quote_commands(tmp_path: Path, cli_env: dict[str, str]) -> 
         '[targets.box]\nkind = "ssh"\nhost = "me@gpu1"\nhourly_rate = 1.5\nhardware = "1 x A100"\n'
     )
     env = {**cli_env, "EVALSWEEP_CONFIG": str(config)}
-    listed = subprocess.run(
-        [sys.executable, "-m", "evalsweep", "targets", "--json"],
-        capture_output=True, text=True, env=env, check=True,
+    listed = run_cli(
+        ["targets", "--json"],
+        env=env, check=True,
     )  # fmt: skip
     rows = {row["name"]: row for row in json.loads(listed.stdout)}
     assert rows["local"]["hourly_rate"] == 0 and rows["box"]["hourly_rate"] == 1.5
     assert rows["cloud"]["hourly_rate"] == quote("B200").hourly_price
     assert rows["cloud"]["lifecycle"] is True and rows["box"]["lifecycle"] is False
-    priced = subprocess.run(
-        [sys.executable, "-m", "evalsweep", "quote", "H200", "--count", "2", "--json"],
-        capture_output=True, text=True, env=env, check=True,
+    priced = run_cli(
+        ["quote", "H200", "--count", "2", "--json"],
+        env=env, check=True,
     )  # fmt: skip
     assert json.loads(priced.stdout)["hourly_price"] == _cheapest("H200", 2)
-    missing = subprocess.run(
-        [sys.executable, "-m", "evalsweep", "quote", "Z1"],
-        capture_output=True, text=True, env=env, check=False,
-    )  # fmt: skip
+    missing = run_cli(
+        ["quote", "Z1"],
+        env=env, )  # fmt: skip
     assert missing.returncode == 2 and "'Z1'" in missing.stderr
     assert "Traceback" not in missing.stderr
 

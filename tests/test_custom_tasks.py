@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
+from conftest import run_cli
 from evalsweep.errors import EvalsweepError, TaskError
 from evalsweep.requests import GenerationRequest, LoglikelihoodResult
 from evalsweep.tasks import DataSource, get_task
@@ -133,22 +132,20 @@ def test_run_and_compare_a_task_file_end_to_end(
     path = write_task(tmp_path, "capitals.yaml", CHOICE_YAML)
     store = str(tmp_path / "s.db")
     common = ["--store", store, "--json"]
-    run = subprocess.run(
-        [sys.executable, "-m", "evalsweep", "run", str(gpt2_a), str(gpt2_b), "--tasks", str(path),
+    run = run_cli(
+        ["run", str(gpt2_a), str(gpt2_b), "--tasks", str(path),
          "--device", "cpu", *common],
-        env=cli_env, capture_output=True, text=True, check=False,
-    )  # fmt: skip
+        env=cli_env, )  # fmt: skip
     assert run.returncode == 0, run.stderr
     document = json.loads(run.stdout)
     assert {(r["task"], r["metric"], r["n"]) for r in document["results"]} >= {
         ("capitals", "acc", 4),
         ("capitals", "acc_norm", 4),
     }
-    compare = subprocess.run(
-        [sys.executable, "-m", "evalsweep", "compare", str(gpt2_a), str(gpt2_b), "--tasks",
+    compare = run_cli(
+        ["compare", str(gpt2_a), str(gpt2_b), "--tasks",
          str(path), *common],
-        env=cli_env, capture_output=True, text=True, check=False,
-    )  # fmt: skip
+        env=cli_env, )  # fmt: skip
     assert compare.returncode == 0, compare.stderr
     again = json.loads(compare.stdout)
     assert [r["value"] for r in again["results"]] == [r["value"] for r in document["results"]]

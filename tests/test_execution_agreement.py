@@ -8,23 +8,15 @@ disagreement.
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from conftest import TEST_DATA
 from evalsweep.execution import ExecutionService, Limits, evaluate_samples_file
 
-
-def _data_dir() -> Path:
-    override = os.environ.get("EVALSWEEP_TEST_DATA")
-    if override:
-        return Path(override).expanduser().resolve()
-    return Path(__file__).resolve().parents[2] / "shared" / "data"
-
-
-DATA = _data_dir()
+DATA = TEST_DATA
 FILES = [
     ("humaneval-ldb-seed-gpt-4-1106-preview", DATA / "humaneval" / "HumanEval.jsonl.gz"),
     ("mbpp-reflexion-simple-gpt-4", DATA / "mbpp" / "sanitized-mbpp.json"),

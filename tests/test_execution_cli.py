@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import gzip
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -13,17 +12,10 @@ from pathlib import Path
 
 import pytest
 
+from conftest import TEST_DATA
 from evalsweep.execution._rootfs import interpreter_for
 
-
-def _data_dir() -> Path:
-    override = os.environ.get("EVALSWEEP_TEST_DATA")
-    if override:
-        return Path(override).expanduser().resolve()
-    return Path(__file__).resolve().parents[2] / "shared" / "data"
-
-
-HUMANEVAL = _data_dir() / "humaneval" / "HumanEval.jsonl.gz"
+HUMANEVAL = TEST_DATA / "humaneval" / "HumanEval.jsonl.gz"
 # Each sample sleeps once (on its first call): long enough to interrupt a run even on a busy
 # machine, and never near the timeout however often the test calls the function.
 SLOW = (

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import gzip
 import json
-import os
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from conftest import TEST_DATA
 from evalsweep.errors import DataError
 from evalsweep.execution import (
     ExecutionService,
@@ -19,17 +19,9 @@ from evalsweep.execution import (
     load_problems,
 )
 
-
-def _data_dir() -> Path:
-    override = os.environ.get("EVALSWEEP_TEST_DATA")
-    if override:
-        return Path(override).expanduser().resolve()
-    return Path(__file__).resolve().parents[2] / "shared" / "data"
-
-
-HUMANEVAL = _data_dir() / "humaneval" / "HumanEval.jsonl.gz"
-MBPP = _data_dir() / "mbpp" / "mbpp.jsonl"
-SANITIZED_MBPP = _data_dir() / "mbpp" / "sanitized-mbpp.json"
+HUMANEVAL = TEST_DATA / "humaneval" / "HumanEval.jsonl.gz"
+MBPP = TEST_DATA / "mbpp" / "mbpp.jsonl"
+SANITIZED_MBPP = TEST_DATA / "mbpp" / "sanitized-mbpp.json"
 
 
 @pytest.fixture(scope="module")

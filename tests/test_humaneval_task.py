@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import json
-import subprocess
 from pathlib import Path
 
 import pytest
 
+from conftest import run_cli
 from evalsweep.requests import GenerationRequest
 from evalsweep.tasks import DataSource, get_task
 from evalsweep.tasks.humaneval import UNTIL, HumanEval
@@ -104,10 +104,10 @@ def test_cli_run_scores_humaneval_through_the_sandbox(
 ) -> None:  # type: ignore[no-untyped-def]
     model = _always_eos(tmp_path, tokenizer)
     args = [
-        "evalsweep", "run", str(model), "--tasks", "humaneval", "--data-dir", str(data_dir),
+        "run", str(model), "--tasks", "humaneval", "--data-dir", str(data_dir),
         "--limit", "2", "--store", str(store_path), "--out", str(tmp_path / "out"), "--json",
     ]  # fmt: skip
-    result = subprocess.run(args, capture_output=True, text=True, env=cli_env, check=False)
+    result = run_cli(args, env=cli_env)
     assert result.returncode == 0, result.stderr
     (row,) = [r for r in json.loads(result.stdout)["results"] if r["task"] == "humaneval"]
     assert row["metric"] == "pass@1" and row["value"] == 0.0 and row["n"] == 2

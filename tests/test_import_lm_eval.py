@@ -18,10 +18,11 @@ from typing import Any
 import pytest
 import yaml
 
+from conftest import Ran, run_cli
 from evalsweep.checkpoints import resolve_checkpoint
 from evalsweep.tasks.arc import ai2_rows_in_hub_schema
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.integration]
 LIMIT = 4
 
 
@@ -72,11 +73,8 @@ class Imported:
     env: dict[str, str]
 
 
-def evalsweep(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "evalsweep", *args],
-        env=env, capture_output=True, text=True, check=False, timeout=600,
-    )  # fmt: skip
+def evalsweep(args: list[str], env: dict[str, str]) -> Ran:
+    return run_cli(args, env=env)
 
 
 @pytest.fixture(scope="module")

@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import json
 import socket
-import subprocess
-import sys
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -20,6 +18,7 @@ from typing import Any
 
 import pytest
 
+from conftest import Ran, run_cli
 from evalsweep.checkpoints import resolve_checkpoint
 from evalsweep.errors import BackendError
 from evalsweep.models import BackendOptions, load_backend
@@ -124,21 +123,15 @@ def test_transient_503_is_retried_and_generation_cut_at_stop(
     backend.close()
 
 
-def run_cli(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "evalsweep.cli", "run", *args],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+def run_command(args: list[str], env: dict[str, str]) -> Ran:
+    return run_cli(["run", *args], env=env)
 
 
 def test_unreachable_base_url_is_one_line_error(
     gpt2_a: Path, data_dir: Path, store_path: Path, cli_env: dict[str, str], sample_rows: Any
 ) -> None:
     url = f"http://127.0.0.1:{free_port()}/v1"
-    done = run_cli(
+    done = run_command(
         [str(gpt2_a), "--tasks", "mmlu_abstract_algebra", "--limit", "2", "--backend", "openai",
          "--base-url", url, "--data-dir", str(data_dir), "--store", str(store_path), "--json"],
         cli_env,
@@ -153,7 +146,7 @@ def test_unreachable_base_url_is_one_line_error(
 def test_openai_backend_without_base_url_is_one_line_error(
     gpt2_a: Path, data_dir: Path, store_path: Path, cli_env: dict[str, str]
 ) -> None:
-    done = run_cli(
+    done = run_command(
         [str(gpt2_a), "--tasks", "mmlu_abstract_algebra", "--limit", "2", "--backend", "openai",
          "--data-dir", str(data_dir), "--store", str(store_path), "--json"],
         cli_env,

@@ -12,6 +12,7 @@ Run in the vLLM environment (``.ci/run`` builds it): ``python -m pytest -m vllm`
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import json
 import socket
 import subprocess
@@ -29,8 +30,14 @@ from evalsweep.requests import GenerationRequest, LoglikelihoodRequest
 from evalsweep.tasks import DataSource
 from evalsweep.tasks.mmlu import MMLU
 
-pytestmark = pytest.mark.vllm
-pytest.importorskip("vllm", reason="vLLM is not installed here; .ci/run runs these in its venv")
+pytestmark = [
+    pytest.mark.vllm,
+    pytest.mark.skipif(
+        importlib.util.find_spec("vllm") is None,
+        reason="vLLM is not installed here: scripts/setup-dev --vllm-venv builds .venv-vllm, "
+        "and scripts/test runs these there",
+    ),
+]
 
 SUBJECTS = ["abstract_algebra", "college_physics", "marketing"]
 LIMIT = 10
