@@ -264,11 +264,10 @@ def _evaluate_shard(spec: SweepSpec, keys: list[str]) -> dict[str, Any]:
 
     Each piece travels as (bytes, sha256, lines), checked where it lands.
     """
-    import hashlib
     import tempfile
     from pathlib import Path
 
-    from evalsweep.compute._transfer import pack, rows_lines
+    from evalsweep.compute._transfer import row_pieces
     from evalsweep.tasks import get_task
 
     began = time.time()
@@ -282,8 +281,5 @@ def _evaluate_shard(spec: SweepSpec, keys: list[str]) -> dict[str, Any]:
     ):
         result = run_sweep(shard_spec, shard_store)
         records = [r for r in shard_store.records() if r.doc_key in wanted]
-        pieces = [
-            (data, hashlib.sha256(data).hexdigest(), rows)
-            for data, rows in pack(rows_lines(records))
-        ]
+        pieces = row_pieces(records)
     return {"pieces": pieces, "backends": result.backends, "seconds": time.time() - began}

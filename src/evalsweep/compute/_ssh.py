@@ -243,7 +243,8 @@ class SSHTarget:
             Rows imported.
         """
         folder = f"{self.workdir}/pieces-{uuid.uuid4().hex[:8]}"
-        tasks = [get_task(t).name if isinstance(t, str) else t.name for t in job.spec.tasks]
+        # As the remote run was given them: a task file is named by its path there.
+        tasks = [t if isinstance(t, str) else t.name for t in job.spec.tasks]
         export = self._evalsweep(
             ["export-results", *job.spec.checkpoints, "--tasks", ",".join(tasks)]
             + ["--store", store_path, "--out", folder, "--json"]

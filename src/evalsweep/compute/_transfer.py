@@ -80,6 +80,16 @@ def rows_lines(records: Iterable[SampleRecord]) -> Iterator[dict[str, Any]]:
         yield {"type": "sample", **asdict(record)}
 
 
+def row_pieces(
+    records: Iterable[SampleRecord], max_bytes: int = MAX_PIECE_BYTES
+) -> list[tuple[bytes, str, int]]:
+    """Sample rows as pieces, each with its sha256 and line count (a Ray worker's answer)."""
+    return [
+        (data, hashlib.sha256(data).hexdigest(), rows)
+        for data, rows in pack(rows_lines(records), max_bytes)
+    ]
+
+
 def pack(
     lines: Iterable[dict[str, Any]], max_bytes: int = MAX_PIECE_BYTES
 ) -> Iterator[tuple[bytes, int]]:
