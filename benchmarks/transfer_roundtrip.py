@@ -6,10 +6,12 @@ ways and land in fresh stores:
 
 1. ``evalsweep export-results A B --tasks ... --out pieces/`` then
    ``evalsweep import-results pieces/``;
-2. the ssh target: a real ``sshd`` on 127.0.0.1 with throwaway keys, the host's
-   store a copy of the original (so the remote ``evalsweep run`` finds every row
-   and computes nothing), ``evalsweep run ... --target box`` pulling the rows
-   back in pieces over ssh.
+2. the ssh target (``SSHTarget``, in this process): a real ``sshd`` on 127.0.0.1
+   with throwaway keys, the host's store a copy of the original, so the remote
+   ``evalsweep run`` finds every row and computes nothing; its rows come back in
+   pieces over ssh. With ``--no-score`` (rows of a scoring cut short, which a
+   remote run would go on computing) only the target's pull runs: export-results
+   on the host, ``ssh cat`` of each piece, the checked import here.
 
 Each copy's rows must equal the original's, column by column (all of
 ``samples`` but ``created``, the time a row was written, and the ``keys`` the
@@ -20,7 +22,7 @@ Usage::
 
     python benchmarks/transfer_roundtrip.py --data-dir /work/shared/data \\
         [--tasks mmlu,gsm8k,arc_easy,arc_challenge,hellaswag,humaneval,mbpp] \\
-        [--work DIR] [--limit N] [--write]
+        [--work DIR] [--limit N] [--no-score] [--write]
 
 ``--work`` keeps the checkpoints and the scored store between runs (rows are not
 scored twice); ``--limit`` caps documents per task (per MMLU subject) for tasks
@@ -47,6 +49,12 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "src"))
+
+from evalsweep.compute import CommandRunner, SSHTarget, SweepJob  # noqa: E402
+from evalsweep.engine import SilentProgress, SweepSpec  # noqa: E402
+from evalsweep.store import Store  # noqa: E402
+
 RESULTS = ROOT / "benchmarks" / "RESULTS.md"
 SRC = str(ROOT / "src")
 ALL_TASKS = "mmlu,gsm8k,arc_easy,arc_challenge,hellaswag,humaneval,mbpp"
@@ -170,8 +178,12 @@ def main() -> None:
     parser.add_argument("--work", type=Path, help="keep checkpoints and the scored store here")
     parser.add_argument("--limit", type=int, help="documents per task for tasks other than mmlu")
     parser.add_argument("--write", action="store_true", help="append the figures to RESULTS.md")
+    parser.add_argument(
+        "--no-score",
+        action="store_true",
+        help="move the rows --work's store holds as they are (a scoring cut short)",
+    )
     args = parser.parse_args()
-    sys.path.insert(0, SRC)
     os.environ.update(OFFLINE)
 
     keep = args.work is not None
@@ -189,7 +201,7 @@ def main() -> None:
 
     say(f"checkpoints: 2 GPT-2 (2 layers, width 32); tasks: {', '.join(tasks)}; 0-shot")
     scored = 0.0
-    for task in tasks:
+    for task in [] if args.no_score else tasks:
         run = [*checkpoints, "--tasks", task, "--num-fewshot", "0", "--data-dir", str(data_dir)]
         run += ["--store", str(original), "--device", "cpu"]
         if args.limit is not None and task != "mmlu":
@@ -200,7 +212,10 @@ def main() -> None:
             count = conn.execute("SELECT COUNT(*) FROM samples WHERE task = ?", (task,))
             say(f"- scored {task}: {count.fetchone()[0]} rows in {seconds:.1f} s")
     total = len(_rows(original))
-    say(f"original store: {total} rows, {_size(original)}, scored in {scored:.1f} s")
+    if args.no_score:
+        say(f"original store: {total} rows as stored, {_size(original)}")
+    else:
+        say(f"original store: {total} rows, {_size(original)}, scored in {scored:.1f} s")
 
     # 1. export-results, then import-results into a fresh store.
     pieces = work / "pieces"
@@ -226,30 +241,45 @@ def main() -> None:
         remote = folder / "remote"
         remote.mkdir()
         shutil.copyfile(original, remote / "results.sqlite")
+        pulled = work / "pulled.sqlite"
+        pulled.unlink(missing_ok=True)
         with _sshd(folder) as (port, key, known_hosts):
-            env_line = ", ".join(f'{k} = "{v}"' for k, v in {**OFFLINE, "PYTHONPATH": SRC}.items())
-            config = folder / "config.toml"
-            user = pwd.getpwuid(os.geteuid()).pw_name
-            config.write_text(
-                f'[targets.box]\nkind = "ssh"\nhost = "{user}@127.0.0.1"\nport = {port}\n'
-                f'identity_file = "{key}"\nknown_hosts = "{known_hosts}"\n'
-                f'python = "{sys.executable}"\nworkdir = "{remote}"\nhardware = "loopback"\n'
-                f"env = {{ {env_line} }}\n"
-            )
-            pulled = work / "pulled.sqlite"
-            pulled.unlink(missing_ok=True)
-            env = {**_env(), "EVALSWEEP_CONFIG": str(config)}
-            ssh_s = 0.0
-            for task in tasks:
-                run = [*checkpoints, "--tasks", task, "--num-fewshot", "0"]
-                run += ["--data-dir", str(data_dir), "--device", "cpu"]
-                if args.limit is not None and task != "mmlu":
-                    run += ["--limit", str(args.limit)]
-                seconds, _ = _evalsweep(
-                    ["run", *run, "--target", "box", "--store", str(pulled), "--json"], env
-                )
-                ssh_s += seconds
-                say(f"- ssh {task}: {seconds:.1f} s")
+            target = SSHTarget(
+                name="box", host=f"{pwd.getpwuid(os.geteuid()).pw_name}@127.0.0.1", port=port,
+                identity_file=str(key), known_hosts=str(known_hosts), python=sys.executable,
+                workdir=str(remote), env={**OFFLINE, "PYTHONPATH": SRC}, hardware="loopback",
+            )  # fmt: skip
+            if args.no_score:
+                # The rows stored so far: only the ssh target's pull (what ends every sweep on
+                # a host: export-results there, ssh cat of each piece, checked import here).
+                job = SweepJob(SweepSpec(checkpoints, tasks, str(data_dir), num_fewshot=0))
+                with Store(pulled) as store:
+                    began = time.perf_counter()
+                    target.pull(
+                        job,
+                        CommandRunner(store, "box"),
+                        SilentProgress(),
+                        str(remote / "results.sqlite"),
+                    )
+                    ssh_s = time.perf_counter() - began
+                what = "pull: export on the host, ssh cat, checked import"
+            else:
+                # The whole sweep command, the host finding every row already stored.
+                ssh_s = 0.0
+                for task in tasks:
+                    run = [*checkpoints, "--tasks", task, "--num-fewshot", "0"]
+                    run += ["--data-dir", str(data_dir), "--device", "cpu"]
+                    if args.limit is not None and task != "mmlu":
+                        run += ["--limit", str(args.limit)]
+                    spec = SweepSpec(checkpoints, [task], str(data_dir), num_fewshot=0)
+                    job = SweepJob(spec, tuple(run))
+                    began = time.perf_counter()
+                    with Store(pulled) as store:
+                        target.run(job, store, SilentProgress())
+                    seconds = time.perf_counter() - began
+                    ssh_s += seconds
+                    say(f"- ssh {task}: {seconds:.1f} s")
+                what = "sweep commands: remote run with every row stored, export, pull, import"
             with closing(sqlite3.connect(pulled)) as conn:
                 ssh_pieces = conn.execute(
                     "SELECT COUNT(*), SUM(output_bytes) FROM audit WHERE kind = 'transfer' "
@@ -258,8 +288,7 @@ def main() -> None:
     same_ssh, count_ssh = _same(original, pulled)
     say(
         f"ssh target (loopback): {ssh_pieces[0]} pieces, {(ssh_pieces[1] or 0) / 1e6:.1f} MB, "
-        f"{ssh_s:.1f} s for the sweep commands (remote run with every row stored, export, "
-        f"pull, import); {count_ssh} rows, equal to the original's: {same_ssh}"
+        f"{ssh_s:.1f} s ({what}); {count_ssh} rows, equal to the original's: {same_ssh}"
     )
     load = " ".join(f"{x:.2f}" for x in os.getloadavg())
     say(f"machine: {platform.machine()}, {os.cpu_count()} CPUs, load average {load}")
