@@ -732,6 +732,7 @@ def import_results(pieces: tuple[Path, ...], store: Path | None, debug: bool) ->
     the rows of the pieces before it kept, so the same command resumes.
     """
     from evalsweep.compute import PieceError, import_piece, pieces_to_import
+    from evalsweep.errors import StoreError
     from evalsweep.store import Store, default_store_path
 
     where = store or default_store_path()
@@ -740,9 +741,13 @@ def import_results(pieces: tuple[Path, ...], store: Path | None, debug: bool) ->
     with Store(where) as results_store:
         for path, expected in planned:
             try:
+                data = path.read_bytes()
+            except OSError as exc:
+                raise StoreError(f"cannot read results piece {path}: {exc.strerror}") from None
+            try:
                 rows += import_piece(
                     results_store,
-                    path.read_bytes(),
+                    data,
                     expected.sha256 if expected else None,
                     name=str(path),
                     expected_rows=expected.rows if expected else None,

@@ -128,18 +128,21 @@ def export_pieces(
     size, sha256 and line count, so an import can tell a damaged, cut or missing
     piece from a whole one.
     """
-    out_dir.mkdir(parents=True, exist_ok=True)
     pieces = []
-    for number, (data, rows) in enumerate(
-        pack(selection_lines(store, references, tasks), max_bytes)
-    ):
-        name = f"piece-{number:05d}.jsonl"
-        (out_dir / name).write_bytes(data)
-        pieces.append(Piece(name, len(data), hashlib.sha256(data).hexdigest(), rows))
-    manifest = {"format": PIECE_FORMAT, "pieces": [p.as_dict() for p in pieces]}
-    partial = out_dir / f".{MANIFEST}.partial"
-    partial.write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
-    partial.replace(out_dir / MANIFEST)
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        for number, (data, rows) in enumerate(
+            pack(selection_lines(store, references, tasks), max_bytes)
+        ):
+            name = f"piece-{number:05d}.jsonl"
+            (out_dir / name).write_bytes(data)
+            pieces.append(Piece(name, len(data), hashlib.sha256(data).hexdigest(), rows))
+        manifest = {"format": PIECE_FORMAT, "pieces": [p.as_dict() for p in pieces]}
+        partial = out_dir / f".{MANIFEST}.partial"
+        partial.write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
+        partial.replace(out_dir / MANIFEST)
+    except OSError as exc:
+        raise StoreError(f"cannot write results pieces to {out_dir}: {exc.strerror}") from None
     return pieces
 
 
