@@ -301,6 +301,7 @@ def main() -> None:
                 f"`python benchmarks/transfer_roundtrip.py --data-dir DATA --tasks "
                 f"{','.join(tasks)}"
                 + (f" --limit {args.limit}" if args.limit else "")
+                + (" --no-score" if args.no_score else "")
                 + "`\n\n"
                 + "\n".join(f"- {line.removeprefix('- ')}" for line in lines)
                 + "\n"
