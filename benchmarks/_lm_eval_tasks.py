@@ -29,6 +29,7 @@ from typing import Any
 
 import yaml
 
+from evalsweep.jsonl import read_values, split_lines
 from evalsweep.tasks.arc import ai2_rows_in_hub_schema
 
 PREFIX = "local_"
@@ -239,10 +240,8 @@ def read_hellaswag_text(path: Path) -> list[dict[str, Any]]:
     """
     import bz2
 
-    with bz2.open(path, "rt", encoding="utf-8") as handle:
-        lines = handle.read().split("\n")
-    if lines and lines[-1] == "":
-        lines.pop()
+    with bz2.open(path, "rb") as handle:  # lines end at "\n" only, as evalsweep reads them
+        lines = [raw.removesuffix(b"\r").decode("utf-8") for _, raw in split_lines(handle)]
     rows = []
     for start in range(0, len(lines), 6):
         context, label, *endings = lines[start : start + 6]
@@ -437,8 +436,7 @@ def read_lm_eval_output(output_path: Path) -> tuple[dict[str, Any], LmEvalSample
     samples: LmEvalSamples = {}
     for path in sorted(output_path.rglob("samples_*.jsonl")):
         task = path.name.removeprefix("samples_").rsplit("_", 1)[0]
-        with path.open() as handle:
-            samples.setdefault(task, []).extend(json.loads(line) for line in handle)
+        samples.setdefault(task, []).extend(value for _, value in read_values(path))
     return results, samples
 
 
@@ -472,8 +470,7 @@ def read_evalsweep_output(out_dir: Path) -> tuple[list[dict[str, Any]], dict[str
     Aggregate names follow ``lm_eval_aggregates`` in the parity script: a subject by bare
     name, ``mmlu`` and ``mmlu/<category>``, ``gsm8k <metric>``.
     """
-    with (out_dir / "samples.jsonl").open() as handle:
-        rows = [json.loads(line) for line in handle if line.strip()]
+    rows = [value for _, value in read_values(out_dir / "samples.jsonl")]
     results = json.loads((out_dir / "results.json").read_text())
     return rows, flatten_evalsweep_results(results)
 

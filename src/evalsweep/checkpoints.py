@@ -282,7 +282,7 @@ def _resolve_hub(reference: str, repo: str, revision: str | None) -> ResolvedChe
         elif "NameResolution" in text or "Max retries" in text or "ConnectionError" in text:
             reason = "no network connection"
         else:
-            reason = (text.splitlines()[0] if text else type(exc).__name__)[:160]
+            reason = (text.split("\n")[0].strip() if text else type(exc).__name__)[:160]
         raise CheckpointError(f"checkpoint {reference!r}: cannot reach the Hub ({reason})") from exc
     commit = info.sha or revision or "unknown"
     siblings = {s.rfilename for s in (info.siblings or [])}

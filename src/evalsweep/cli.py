@@ -720,20 +720,52 @@ def export_results(
 
 
 @main.command("import-results")
-@click.argument(
-    "pieces", nargs=-1, required=True, type=click.Path(dir_okay=False, exists=True, path_type=Path)
-)
+@click.argument("pieces", nargs=-1, required=True, type=click.Path(exists=True, path_type=Path))
 @store_option
 @click.option("--debug", is_flag=True, help="Show tracebacks.")
 @user_errors
 def import_results(pieces: tuple[Path, ...], store: Path | None, debug: bool) -> None:
-    """Add the rows of pieces written by export-results to the store."""
-    from evalsweep.compute import import_piece
+    """Add the rows of pieces written by export-results (files, or their folder) to the store.
+
+    A piece listed in the export's manifest.json is checked against its sha256 and
+    line count; pieces are imported in order and one bad piece stops the import with
+    the rows of the pieces before it kept, so the same command resumes.
+    """
+    from evalsweep.compute import PieceError, import_piece, pieces_to_import
+    from evalsweep.errors import StoreError
     from evalsweep.store import Store, default_store_path
 
-    with Store(store or default_store_path()) as results_store:
-        rows = sum(import_piece(results_store, piece.read_bytes()) for piece in pieces)
-    _say(f"imported {rows} rows into {store or default_store_path()}")
+    where = store or default_store_path()
+    planned = pieces_to_import(list(pieces))
+    rows = done = 0
+    with Store(where) as results_store:
+        for path, expected in planned:
+            try:
+                data = path.read_bytes()
+            except OSError as exc:
+                raise StoreError(f"cannot read results piece {path}: {exc.strerror}") from None
+            try:
+                rows += import_piece(
+                    results_store,
+                    data,
+                    expected.sha256 if expected else None,
+                    name=str(path),
+                    expected_rows=expected.rows if expected else None,
+                )
+            except PieceError as exc:
+                kept = (
+                    f"the rows of the {done} pieces before it are stored in {where}"
+                    if done
+                    else f"nothing was imported into {where}"
+                )
+                raise PieceError(
+                    exc.piece,
+                    exc.line,
+                    f"{exc.problem}; {kept}; export this piece again (or fix it) and run "
+                    "the same command to resume",
+                ) from None
+            done += 1
+    _say(f"imported {rows} rows from {done} piece{'' if done == 1 else 's'} into {where}")
 
 
 @main.command()

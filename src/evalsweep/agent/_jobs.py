@@ -435,5 +435,5 @@ def _last_line(path: Path) -> str:
     with path.open("rb") as handle:
         handle.seek(max(_size(path) - 4096, 0))
         tail = handle.read().decode(errors="replace").replace("\r", "\n")
-    lines = [line for line in tail.splitlines() if line.strip()]
+    lines = [line for line in tail.split("\n") if line.strip()]
     return lines[-1][-500:] if lines else ""

@@ -28,9 +28,19 @@ from evalsweep.compute._runner import AuditedCall, CommandResult, CommandRunner
 from evalsweep.compute._skypilot import SkyPilotTarget
 from evalsweep.compute._ssh import SSHTarget
 from evalsweep.compute._stream import LineProgress
-from evalsweep.compute._transfer import MAX_PIECE_BYTES, Piece, export_pieces, import_piece
+from evalsweep.compute._transfer import (
+    MANIFEST,
+    MAX_PIECE_BYTES,
+    Piece,
+    PieceError,
+    export_pieces,
+    import_piece,
+    pieces_to_import,
+    read_piece,
+)
 
 __all__ = [
+    "MANIFEST",
     "MAX_PIECE_BYTES",
     "AuditedCall",
     "CommandResult",
@@ -40,6 +50,7 @@ __all__ = [
     "LocalTarget",
     "Offer",
     "Piece",
+    "PieceError",
     "Quote",
     "RayTarget",
     "SSHTarget",
@@ -55,7 +66,9 @@ __all__ = [
     "load_offers",
     "load_targets",
     "make_target",
+    "pieces_to_import",
     "quote",
+    "read_piece",
     "run_arguments",
     "run_on_target",
 ]

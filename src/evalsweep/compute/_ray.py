@@ -21,7 +21,7 @@ from typing import Any
 from evalsweep.compute._base import SweepJob, TargetInfo, TargetRun
 from evalsweep.compute._cost import SpendMeter
 from evalsweep.compute._runner import CommandRunner
-from evalsweep.compute._transfer import import_piece
+from evalsweep.compute._transfer import PieceError, import_piece
 from evalsweep.engine import Progress, SweepSpec, backend_settings, plan_sweep, run_sweep
 from evalsweep.engine import request_hash as _request_hash
 from evalsweep.errors import TargetError
@@ -129,9 +129,18 @@ class RayTarget:
                     failed.append(f"{reference} · {task_name}: {_last_line(exc)}")
                     continue
                 task_seconds.append(round(float(answer["seconds"]), 3))
-                for data in answer["pieces"]:
-                    import_piece(store, data)
-                runner.end(entry, 0, sum(len(data) for data in answer["pieces"]))
+                shard_pieces = answer["pieces"]
+                for number, (data, sha256, rows) in enumerate(shard_pieces, start=1):
+                    name = f"{number} of {len(shard_pieces)} of {reference} · {task_name}"
+                    try:
+                        import_piece(store, data, sha256, name=name, expected_rows=rows)
+                    except PieceError as exc:
+                        runner.end(entry, 1, 0)
+                        raise TargetError(
+                            f"ray target {self.name}: {exc}; the pieces and Ray tasks before it "
+                            "are stored, run the same command to resume"
+                        ) from None
+                runner.end(entry, 0, sum(len(piece[0]) for piece in shard_pieces))
                 progress.advance(1)
                 if self.hourly_rate:
                     progress.note(f"{self.name}: {meter.describe()}")
@@ -228,8 +237,8 @@ def _split(keys: list[str], shards: int) -> list[list[str]]:
 
 
 def _last_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return text[-1] if text else type(exc).__name__
+    text = [line for line in str(exc).strip().split("\n") if line.strip()]
+    return text[-1].strip() if text else type(exc).__name__
 
 
 class _Shard:
@@ -251,11 +260,14 @@ class _Shard:
 
 
 def _evaluate_shard(spec: SweepSpec, keys: list[str]) -> dict[str, Any]:
-    """Runs on a Ray worker: the engine on one shard, rows back as JSONL pieces."""
+    """Runs on a Ray worker: the engine on one shard, rows back as JSONL pieces.
+
+    Each piece travels as (bytes, sha256, lines), checked where it lands.
+    """
     import tempfile
     from pathlib import Path
 
-    from evalsweep.compute._transfer import pack, rows_lines
+    from evalsweep.compute._transfer import row_pieces
     from evalsweep.tasks import get_task
 
     began = time.time()
@@ -269,5 +281,5 @@ def _evaluate_shard(spec: SweepSpec, keys: list[str]) -> dict[str, Any]:
     ):
         result = run_sweep(shard_spec, shard_store)
         records = [r for r in shard_store.records() if r.doc_key in wanted]
-        pieces = [data for data, _ in pack(rows_lines(records))]
+        pieces = row_pieces(records)
     return {"pieces": pieces, "backends": result.backends, "seconds": time.time() - began}

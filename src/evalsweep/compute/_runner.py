@@ -51,7 +51,7 @@ class CommandResult:
 
     def last_error_line(self) -> str:
         """The last non-empty line of stderr, for one-line error messages."""
-        lines = [line.strip() for line in self.stderr.decode(errors="replace").splitlines()]
+        lines = [line.strip() for line in self.stderr.decode(errors="replace").split("\n")]
         lines = [line for line in lines if line]
         return lines[-1] if lines else f"exit status {self.exit_code}"
 

@@ -288,7 +288,7 @@ class _SkyErrors:
     def __exit__(self, kind: Any, exc: BaseException | None, tb: Any) -> Literal[False]:
         if exc is None or isinstance(exc, TargetError) or not isinstance(exc, Exception):
             return False
-        lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+        lines = [line.strip() for line in str(exc).split("\n") if line.strip()]
         detail = lines[0] if lines else type(exc).__name__
         raise TargetError(
             f"skypilot target {self.name}: {self.action} of cluster {self.cluster!r} failed: "

@@ -25,9 +25,10 @@ from evalsweep.compute._base import SweepJob, TargetInfo, TargetRun
 from evalsweep.compute._cost import SpendMeter
 from evalsweep.compute._runner import CommandResult, CommandRunner
 from evalsweep.compute._stream import PREFIX, relay
-from evalsweep.compute._transfer import import_piece
+from evalsweep.compute._transfer import PieceError, import_piece
 from evalsweep.engine import Progress, stored_sweep
 from evalsweep.errors import EvalsweepError, TargetError
+from evalsweep.jsonl import LINE_END
 from evalsweep.store import Store
 from evalsweep.tasks import get_task
 
@@ -172,7 +173,7 @@ class SSHTarget:
                 f"({ran.last_error_line()})"
             )
         try:
-            return dict(json.loads(ran.stdout.decode().strip().splitlines()[-1]))
+            return dict(json.loads(ran.stdout.strip().split(LINE_END)[-1].decode()))
         except (ValueError, IndexError):
             raise TargetError(
                 f"ssh target {self.name}: unexpected answer from {self.python} on {self.host}"
@@ -242,7 +243,8 @@ class SSHTarget:
             Rows imported.
         """
         folder = f"{self.workdir}/pieces-{uuid.uuid4().hex[:8]}"
-        tasks = [get_task(t).name if isinstance(t, str) else t.name for t in job.spec.tasks]
+        # As the remote run was given them: a task file is named by its path there.
+        tasks = [t if isinstance(t, str) else t.name for t in job.spec.tasks]
         export = self._evalsweep(
             ["export-results", *job.spec.checkpoints, "--tasks", ",".join(tasks)]
             + ["--store", store_path, "--out", folder, "--json"]
@@ -253,24 +255,43 @@ class SSHTarget:
                 f"ssh target {self.name}: exporting results on {self.host} failed "
                 f"({_strip_prefix(ran.last_error_line())})"
             )
-        pieces = json.loads(ran.stdout.decode())["pieces"]
+        try:
+            pieces = json.loads(ran.stdout.decode())["pieces"]
+        except (ValueError, KeyError, TypeError):
+            raise TargetError(
+                f"ssh target {self.name}: export-results on {self.host} printed no list of "
+                "pieces; run the same command to resume"
+            ) from None
         progress.start(f"{self.name}: results", len(pieces))
-        rows = 0
+        rows = done = 0
         try:
             for piece in pieces:
-                got = self._ssh(
-                    runner, shlex.join(["cat", f"{folder}/{piece['name']}"]), "transfer"
-                )
+                path = f"{folder}/{piece['name']}"
+                got = self._ssh(runner, shlex.join(["cat", path]), "transfer")
                 if got.exit_code != 0:
                     raise TargetError(
-                        f"ssh target {self.name}: cannot read {folder}/{piece['name']} "
-                        f"({got.last_error_line()})"
+                        f"ssh target {self.name}: cannot read {path} ({got.last_error_line()})"
+                        f"{_kept(done)}; run the same command to resume"
                     )
-                rows += import_piece(runner.store, got.stdout, piece["sha256"])
+                try:
+                    rows += import_piece(
+                        runner.store,
+                        got.stdout,
+                        piece["sha256"],
+                        name=f"{self.host}:{path}",
+                        expected_rows=piece.get("rows"),
+                    )
+                except PieceError as exc:
+                    raise TargetError(
+                        f"ssh target {self.name}: {exc}{_kept(done)}; run the same command "
+                        "to resume (the host keeps every row)"
+                    ) from None
+                done += 1
                 progress.advance(1)
         finally:
             progress.finish()
-        self._ssh(runner, shlex.join(["rm", "-rf", folder]), "transfer")
+            # The host's store keeps every row: the pieces are only this pull's copies.
+            runner.run(self.ssh_argv(shlex.join(["rm", "-rf", folder])), kind="transfer")
         return rows
 
     def _pull_quietly(
@@ -310,6 +331,11 @@ class _SpendNotes:
         self._tick()
 
 
+def _kept(done: int) -> str:
+    """What a failed pull has already written to the local store."""
+    return f"; the rows of the {done} pieces before it are in the local store" if done else ""
+
+
 def _replace_option(args: list[str], flag: str, value: str) -> list[str]:
     if flag in args:
         at = args.index(flag)
@@ -321,7 +347,7 @@ def _ssh_messages(ran: CommandResult) -> list[str]:
     """Lines ssh itself wrote (connection and authentication trouble), not the remote's."""
     return [
         line.strip()
-        for line in ran.stderr.decode(errors="replace").splitlines()
+        for line in ran.stderr.decode(errors="replace").split("\n")
         if line.startswith(_SSH_MESSAGE_STARTS)
     ]
 
@@ -340,7 +366,7 @@ def _failure_reason(ran: CommandResult) -> str:
         return f"the remote process was killed (signal {ran.exit_code - 128})"
     lines = [
         line.strip()
-        for line in ran.stderr.decode(errors="replace").splitlines()
+        for line in ran.stderr.decode(errors="replace").split("\n")
         if line.strip() and not line.startswith(PREFIX)
     ]
     return _strip_prefix(lines[-1]) if lines else f"exit status {ran.exit_code}"

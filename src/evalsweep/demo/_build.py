@@ -8,9 +8,10 @@ architecture (GPT-2 or Llama) are enough for tests, benchmarks and the demo.
 from __future__ import annotations
 
 import csv
-import json
 from collections.abc import Iterable, Iterator
 from pathlib import Path
+
+from evalsweep.jsonl import read_values
 
 EOS = "<|endoftext|>"
 
@@ -29,13 +30,11 @@ def corpus_from_data_dir(data_dir: Path, max_lines: int = 20000) -> Iterator[str
         path = data_dir / "gsm8k" / name
         if not path.exists():
             continue
-        with path.open(encoding="utf-8") as handle:
-            for line in handle:
-                doc = json.loads(line)
-                yield doc["question"] + "\n" + doc["answer"]
-                count += 1
-                if count >= 2 * max_lines:
-                    return
+        for _, doc in read_values(path):
+            yield doc["question"] + "\n" + doc["answer"]
+            count += 1
+            if count >= 2 * max_lines:
+                return
 
 
 def build_tokenizer(texts: Iterable[str], vocab_size: int = 2048):  # type: ignore[no-untyped-def]

@@ -9,7 +9,6 @@ Nothing is hard-coded: the scores are whatever these checkpoints earn.
 from __future__ import annotations
 
 import csv
-import json
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -17,6 +16,7 @@ from typing import Any
 from rich.console import Console
 
 from evalsweep.demo._build import build_checkpoint, build_tokenizer
+from evalsweep.jsonl import read_values
 
 DATA = Path(__file__).parent / "data"
 STEPS = (0, 50, 150)
@@ -25,8 +25,7 @@ STEPS = (0, 50, 150)
 def demo_corpus() -> list[str]:
     """Text of the shipped slices: GSM8K training solutions and MMLU dev questions."""
     texts = []
-    for line in (DATA / "gsm8k" / "train.jsonl").read_text(encoding="utf-8").splitlines():
-        doc = json.loads(line)
+    for _, doc in read_values(DATA / "gsm8k" / "train.jsonl"):
         texts.append(f"Question: {doc['question']}\nAnswer: {doc['answer']}\n\n")
     for path in sorted((DATA / "mmlu").glob("dev/*.csv")):
         with path.open(newline="", encoding="utf-8") as handle:

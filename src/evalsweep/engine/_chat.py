@@ -73,7 +73,7 @@ def load_chat_template(checkpoint: ResolvedCheckpoint, trust_remote_code: bool) 
             trust_remote_code=trust_remote_code,
         )
     except Exception as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        first = str(exc).strip().split("\n")[0].strip() if str(exc).strip() else type(exc).__name__
         raise CheckpointError(
             f"checkpoint {checkpoint.reference!r}: cannot load its tokenizer ({first})"
         ) from exc

@@ -21,6 +21,8 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from evalsweep.jsonl import loads_line, split_lines
+
 from ._problems import CodeSample, build_request, load_problems, load_samples
 from ._service import ExecutionService
 from ._types import CodeEvalResult, ExecutionResult, Limits, RunRecord, Verdict
@@ -46,16 +48,16 @@ def _read_partial(path: Path, fingerprint: str, count: int) -> dict[int, Verdict
     """Verdicts already on disk from an interrupted run with the same inputs."""
     done: dict[int, Verdict] = {}
     try:
-        with path.open("r", encoding="utf-8") as handle:
-            header = json.loads(handle.readline() or "{}")
+        with path.open("rb") as handle:
+            header = loads_line(handle.readline() or b"{}")
             if (
                 header.get("evalsweep_partial") != _PARTIAL_VERSION
                 or header.get("fingerprint") != fingerprint
             ):
                 return {}
-            for line in handle:
+            for _, line in split_lines(handle):
                 try:
-                    row = json.loads(line)
+                    row = loads_line(line)
                     index = int(row["index"])
                     verdict = Verdict(str(row["verdict"]), str(row["reason"]), str(row["detail"]))  # type: ignore[arg-type]
                 except (ValueError, KeyError, TypeError):
@@ -67,7 +69,7 @@ def _read_partial(path: Path, fingerprint: str, count: int) -> dict[int, Verdict
                     "error",
                 ):
                     done[index] = verdict
-    except (OSError, ValueError):
+    except (OSError, ValueError, AttributeError):
         return {}
     return done
 

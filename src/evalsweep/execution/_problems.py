@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from evalsweep.errors import DataError
+from evalsweep.jsonl import LineError, is_blank, loads_line, split_lines
 
 from ._predict import parse_python
 from ._types import ExecutionRequest, FunctionTest, Language
@@ -68,30 +69,34 @@ class CodeSample:
     record: dict[str, Any]
 
 
-def _open_text(path: Path) -> Any:
+def _open_binary(path: Path) -> Any:
     if path.suffix == ".gz":
-        return gzip.open(path, "rt", encoding="utf-8")
-    return path.open("r", encoding="utf-8")
+        return gzip.open(path, "rb")
+    return path.open("rb")
 
 
 def _read_lines(path: Path) -> list[tuple[int, dict[str, Any]]]:
-    """(line number, object) for every non-blank line; DataError on bad JSON."""
+    """(0-based line number, object) for every non-blank line; DataError on bad JSON.
+
+    Lines end at ``b"\\n"`` only (:mod:`evalsweep.jsonl`), so code holding ``\\r``,
+    ``\\x0c`` or ``\\u2028`` is read whole.
+    """
     if not path.is_file():
         raise DataError(f"{path}: no such file")
     rows: list[tuple[int, dict[str, Any]]] = []
     try:
-        with _open_text(path) as handle:
-            for number, line in enumerate(handle):
-                if not line.strip():
+        with _open_binary(path) as handle:
+            for number, raw in split_lines(handle):
+                if is_blank(raw):
                     continue
                 try:
-                    value = json.loads(line)
-                except json.JSONDecodeError as error:
-                    raise DataError(f"{path}:{number + 1}: not valid JSON ({error.msg})") from None
+                    value = loads_line(raw)
+                except LineError as error:
+                    raise DataError(f"{path}:{number}: {error.problem}") from None
                 if not isinstance(value, dict):
-                    raise DataError(f"{path}:{number + 1}: expected a JSON object")
-                rows.append((number, value))
-    except (OSError, UnicodeDecodeError, EOFError) as error:
+                    raise DataError(f"{path}:{number}: expected a JSON object")
+                rows.append((number - 1, value))
+    except (OSError, EOFError) as error:
         raise DataError(f"{path}: cannot be read ({error})") from None
     return rows
 

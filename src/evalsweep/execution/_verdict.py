@@ -113,7 +113,7 @@ def _decide_function(
 
 def _error_line(stderr: str) -> str:
     """The line of a traceback that names the error (Python or Node.js)."""
-    lines = [line.strip() for line in stderr.splitlines() if line.strip()]
+    lines = [line.strip() for line in stderr.split("\n") if line.strip()]
     for line in reversed(lines):
         if not line.startswith(("Node.js v", "at ")):
             return line

@@ -26,6 +26,7 @@ from typing import Any
 
 from evalsweep.checkpoints import ResolvedCheckpoint, resolve_checkpoint
 from evalsweep.errors import CheckpointError, DataError
+from evalsweep.jsonl import PositionedError, read_values
 from evalsweep.store import SampleRecord, Store, settings_key
 from evalsweep.tasks import SUBJECTS
 
@@ -271,16 +272,15 @@ def _read_json(path: Path) -> dict[str, Any]:
 
 
 def _read_jsonl(path: Path) -> list[tuple[int, Row]]:
+    """(line number, object) of a samples file; lines end at ``b"\\n"`` only."""
     rows: list[tuple[int, Row]] = []
-    with path.open(encoding="utf-8") as handle:
-        for number, text in enumerate(handle, start=1):
-            if not text.strip():
-                continue
-            try:
-                row = json.loads(text)
-            except ValueError as exc:
-                raise DataError(f"{path}:{number}: not valid JSON ({exc.args[0]})") from exc
+    try:
+        for number, row in read_values(path):
             if not isinstance(row, dict):
                 raise DataError(f"{path}:{number}: expected a JSON object")
             rows.append((number, row))
+    except PositionedError as exc:
+        raise DataError(f"{path}:{exc.line}: {exc.problem}") from None
+    except OSError as exc:
+        raise DataError(f"{path}: cannot be read ({exc})") from None
     return rows

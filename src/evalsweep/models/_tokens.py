@@ -174,7 +174,7 @@ def cut_at_stops(text: str, stops: list[str]) -> str:
 
 def first_line(exc: BaseException) -> str:
     text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__
+    return text.split("\n")[0].strip() if text else type(exc).__name__
 
 
 def sampling_seed(sample_index: int, context: str) -> int:

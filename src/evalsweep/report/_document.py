@@ -19,6 +19,7 @@ from typing import Any
 
 from evalsweep import __version__
 from evalsweep.engine import SweepResult
+from evalsweep.jsonl import dumps_lines
 from evalsweep.store import environment
 
 
@@ -115,7 +116,7 @@ def write_outputs(out_dir: Path, document: Mapping[str, Any], result: SweepResul
     """Write ``results.json`` and ``samples.jsonl`` atomically (temp file, then rename)."""
     out_dir.mkdir(parents=True, exist_ok=True)
     _atomic_write(out_dir / "results.json", json.dumps(document, indent=2, default=str) + "\n")
-    lines = "".join(json.dumps(line, ensure_ascii=False) + "\n" for line in sample_lines(result))
+    lines = dumps_lines(sample_lines(result)).decode("utf-8")
     _atomic_write(out_dir / "samples.jsonl", lines)
 
 

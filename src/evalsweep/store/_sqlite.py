@@ -215,6 +215,8 @@ class Store:
                 )
         except sqlite3.Error as exc:
             raise StoreError(f"cannot write to results store {self.path}: {exc}") from exc
+        except UnicodeEncodeError:
+            raise StoreError(_not_unicode(self.path, rows)) from None
 
     def records(
         self,
@@ -340,6 +342,24 @@ class Store:
         if row is None:
             raise StoreError(f"no run {run_id!r} in {self.path}")
         return dict(json.loads(row[0]))
+
+
+_TEXT_COLUMNS = (
+    "checkpoint", "backend", "task", "settings", "doc_key", "doc_id", "subject", "request_hash",
+    "requests", "responses", "target", "prediction", "correct", "response",
+)  # fmt: skip
+
+
+def _not_unicode(path: Path, rows: Sequence[tuple[Any, ...]]) -> str:
+    """Which row and column hold text SQLite cannot take (a lone surrogate), in one line."""
+    for row in rows:
+        for column, value in zip(_TEXT_COLUMNS, row, strict=False):
+            if isinstance(value, str) and any("\ud800" <= c <= "\udfff" for c in value):
+                return (
+                    f"cannot write to results store {path}: the {column} of {row[2]} document "
+                    f"{row[4]!r} holds a lone surrogate (not Unicode text); nothing was written"
+                )
+    return f"cannot write to results store {path}: a row holds text that is not Unicode"
 
 
 def _record(row: sqlite3.Row | tuple[Any, ...]) -> SampleRecord:

@@ -113,7 +113,7 @@ def _parse(path: Path) -> dict[str, Any]:
     except Exception as exc:  # yaml.YAMLError and its marked subclasses
         mark = getattr(exc, "problem_mark", None)
         where = f"{path}:{mark.line + 1}" if mark is not None else str(path)
-        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        problem = getattr(exc, "problem", None) or str(exc).split("\n")[0].strip()
         raise TaskError(f"{where}: not valid YAML ({problem})") from exc
     if not isinstance(config, dict):
         raise TaskError(f"{path}: expected a mapping of keys (task, data, doc_to_text...)")

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from evalsweep.errors import DataError
+from evalsweep.jsonl import split_lines
 from evalsweep.tasks._base import DataSource, Document, MetricSpec, TaskData
 from evalsweep.tasks._choice import MultipleChoiceTask
 from evalsweep.tasks._data import load_hub_split
@@ -63,12 +64,13 @@ def read_text_format(path: Path, limit: int | None = None) -> list[dict[str, Any
         raise DataError(f"data file not found: {path}")
     opener: Any = bz2.open if path.suffix == ".bz2" else open
     try:
-        with opener(path, "rt", encoding="utf-8") as handle:
-            lines = handle.read().split("\n")
+        with opener(path, "rb") as handle:
+            # A line ends at "\n" only: "\r", "\x85", "\u2028" and the other characters
+            # str.splitlines() and text-mode files break at are text here (a "\r\n" end
+            # is a line end).
+            lines = [raw.removesuffix(b"\r").decode("utf-8") for _, raw in split_lines(handle)]
     except (OSError, UnicodeDecodeError, EOFError) as exc:
         raise DataError(f"{path}: cannot be read ({exc})") from exc
-    if lines and lines[-1] == "":
-        lines.pop()
     if len(lines) % LINES_PER_ITEM:
         raise DataError(
             f"{path}: {len(lines)} lines, not a multiple of {LINES_PER_ITEM} (one item per "

@@ -9,11 +9,11 @@ lm-eval, every completion runs in evalsweep's sandbox.
 
 from __future__ import annotations
 
-import json
 import tempfile
 from pathlib import Path
 
 from evalsweep.errors import DataError, TaskError
+from evalsweep.jsonl import dumps_lines
 from evalsweep.requests import GenerationRequest
 from evalsweep.tasks._base import DataSource, Document, PreparedDocument, TaskData
 from evalsweep.tasks._code import CodeTask
@@ -36,8 +36,8 @@ class HumanEval(CodeTask):
             from evalsweep.tasks._data import load_hub_split
 
             rows = load_hub_split("openai/openai_humaneval", None, "test")
-            with tempfile.NamedTemporaryFile("w", suffix=".jsonl", delete=False) as handle:
-                handle.writelines(json.dumps(row) + "\n" for row in rows)
+            with tempfile.NamedTemporaryFile("wb", suffix=".jsonl", delete=False) as handle:
+                handle.write(dumps_lines(rows))
             path = Path(handle.name)
         else:
             path = Path(source.data_dir) / "humaneval" / "HumanEval.jsonl.gz"

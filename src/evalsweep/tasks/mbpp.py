@@ -63,11 +63,12 @@ class MBPP(CodeTask):
         if missing:
             raise DataError(f"mbpp: few-shot task {missing[0]} not found in {path or 'the Hub'}")
         if path is None:
-            import json
             import tempfile
 
-            with tempfile.NamedTemporaryFile("w", suffix=".jsonl", delete=False) as handle:
-                handle.writelines(json.dumps(row) + "\n" for row in rows)
+            from evalsweep.jsonl import dumps_lines
+
+            with tempfile.NamedTemporaryFile("wb", suffix=".jsonl", delete=False) as handle:
+                handle.write(dumps_lines(rows))
             path = Path(handle.name)
         problems = load_problems(path)
         tests = [by_id[i] for i in TEST_IDS if i in by_id][:limit]
