@@ -25,6 +25,7 @@ import errno
 import fcntl
 import gzip
 import hashlib
+import itertools
 import json
 import os
 import re
@@ -366,6 +367,7 @@ def read_records(
     what: str = "records",
     limit: int | None = None,
     lines: bool | None = None,
+    empty_ok: bool = False,
 ) -> RecordFile:
     """Every object of a ``.jsonl``, ``.jsonl.gz`` (gzip) or ``.json`` (one array) file.
 
@@ -375,6 +377,7 @@ def read_records(
             ending in ``.json`` is an array and anything else JSON Lines.
         what: what the records are, for the message when there are none ("samples").
         limit: stop after this many records (the rest is not read).
+        empty_ok: return no records for a file without any instead of refusing it.
 
     Raises:
         DataError: one line naming the file (and line) for any malformed input.
@@ -394,16 +397,14 @@ def read_records(
                 iterator = _document_records(path, reader)
             else:
                 iterator = _jsonl_records(path, reader)
-            for record in iterator:
+            for record in itertools.islice(iterator, limit):
                 line = record.line
                 records.append(record)
-                if limit is not None and len(records) >= limit:
-                    break
     except (gzip.BadGzipFile, EOFError, zlib.error) as error:
         after = f" after line {line}" if line else ""
         raise DataError(f"{shown}: not whole gzip data{after} ({error})") from None
     except OSError as error:
         raise DataError(f"{shown}: cannot be read ({error.strerror or error})") from None
-    if not records:
+    if not records and not empty_ok:
         raise DataError(f"{shown}: empty file (no {what})")
     return RecordFile(path, records, digest.hexdigest())

@@ -8,38 +8,25 @@ same rows, so a task does not care which it got.
 from __future__ import annotations
 
 import csv
-import json
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from evalsweep.datafiles import display_path, read_records
 from evalsweep.errors import DataError
 
 
 def read_jsonl(
     path: Path, required: Sequence[str], limit: int | None = None
 ) -> list[dict[str, Any]]:
-    """Rows of a JSON Lines file; each must be an object with the ``required`` keys."""
-    if not path.is_file():
-        raise DataError(f"data file not found: {path}")
-    rows: list[dict[str, Any]] = []
-    with path.open(encoding="utf-8") as handle:
-        for number, line in enumerate(handle, start=1):
-            if limit is not None and len(rows) >= limit:
-                break
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except ValueError as exc:
-                raise DataError(f"{path}:{number}: not valid JSON ({exc.args[0]})") from exc
-            if not isinstance(row, dict):
-                raise DataError(f"{path}:{number}: expected a JSON object")
-            missing = [key for key in required if key not in row]
-            if missing:
-                raise DataError(f"{path}:{number}: missing field {missing[0]!r}")
-            rows.append(row)
-    return rows
+    """Rows of a JSON Lines file (:func:`evalsweep.datafiles.read_records`'s strict rules);
+    each must be an object with the ``required`` keys."""
+    source = read_records(path, limit=limit, lines=True, empty_ok=True)
+    for record in source.records:
+        missing = [key for key in required if key not in record.value]
+        if missing:
+            raise DataError(f"{display_path(path)}:{record.line}: missing field {missing[0]!r}")
+    return [record.value for record in source.records]
 
 
 def read_csv_rows(path: Path, columns: int, limit: int | None = None) -> list[list[str]]:
