@@ -357,7 +357,8 @@ def _document_records(path: Path, reader: _Hashing) -> Iterator[Record]:
                 break
             line_at = line_of(min(position, len(text)))
             raise DataError(f"{shown}:{line_at}: not valid JSON (expected ',' or ']')")
-    if text[position:].strip(blank):
+    position = skip(position)
+    if position < len(text):
         raise DataError(f"{shown}:{line_of(position)}: not valid JSON (extra data after the array)")
 
 
