@@ -205,14 +205,18 @@ class ResultFiles:
             if found is not None and stat.S_ISLNK(found.st_mode):
                 return "is a symbolic link"
             return f"cannot be read ({error.strerror})"
+        info = os.fstat(fd)
+        refusal = None
+        if not stat.S_ISREG(info.st_mode):
+            refusal = "is not a regular file"
+        elif info.st_uid != os.geteuid():
+            refusal = "belongs to another user"
+        elif info.st_nlink != 1:
+            refusal = "has other hard links"
+        if refusal is not None:
+            os.close(fd)
+            return refusal
         with os.fdopen(fd, "rb") as handle:
-            info = os.fstat(fd)
-            if not stat.S_ISREG(info.st_mode):
-                return "is not a regular file"
-            if info.st_uid != os.geteuid():
-                return "belongs to another user"
-            if info.st_nlink != 1:
-                return "has other hard links"
             try:
                 header = parse_object(handle.readline(4096).decode("utf-8"))
             except ValueError:
