@@ -169,7 +169,7 @@ def _decode(text: str, start: int = 0) -> tuple[Any, int]:
     try:
         return _DECODER.raw_decode(text, start)
     except json.JSONDecodeError as error:
-        raise _Malformed(f"not valid JSON ({error.msg})") from None
+        raise _Malformed(f"not valid JSON ({error.msg})", error.pos) from None
     except RecursionError:  # not reached after _check_depth; kept as a last line
         raise _Malformed(_TOO_DEEP) from None
 
@@ -409,3 +409,34 @@ def read_records(
     if not records and not empty_ok:
         raise DataError(f"{shown}: empty file (no {what})")
     return RecordFile(path, records, digest.hexdigest())
+
+
+def read_json_object(path: str | os.PathLike[str]) -> tuple[dict[str, Any], str]:
+    """A file holding one JSON object (by the same strict rules) and its SHA-256.
+
+    Raises:
+        DataError: one line naming the file (and line) for any malformed input.
+    """
+    path = Path(path)
+    shown = display_path(path)
+    fd = open_regular(path)
+    digest = hashlib.sha256()
+    try:
+        with open(fd, "rb", closefd=True) as raw:
+            data = _Hashing(raw, digest).read(MAX_DOCUMENT_BYTES + 1)
+    except OSError as error:
+        raise DataError(f"{shown}: cannot be read ({error.strerror or error})") from None
+    if len(data) > MAX_DOCUMENT_BYTES:
+        raise DataError(f"{shown}: larger than {MAX_DOCUMENT_BYTES >> 20} MiB")
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as error:
+        line = data.count(b"\n", 0, error.start) + 1
+        raise DataError(f"{shown}:{line}: not valid UTF-8") from None
+    try:
+        _check_depth(text)
+        value = _parse_line(text)
+    except _Malformed as error:
+        line = text.count("\n", 0, error.position) + 1 if error.position else 1
+        raise DataError(f"{shown}:{line}: {error}") from None
+    return value, digest.hexdigest()

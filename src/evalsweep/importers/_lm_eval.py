@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from evalsweep.checkpoints import ResolvedCheckpoint, resolve_checkpoint
+from evalsweep.datafiles import display_path, read_json_object, read_records
 from evalsweep.errors import CheckpointError, DataError
 from evalsweep.store import SampleRecord, Store, settings_key
 from evalsweep.tasks import SUBJECTS
@@ -261,26 +262,12 @@ def _float(value: Any) -> float:
 
 
 def _read_json(path: Path) -> dict[str, Any]:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError) as exc:
-        raise DataError(f"{path}: not readable JSON ({exc})") from exc
-    if not isinstance(data, dict) or "results" not in data:
-        raise DataError(f"{path}: not an lm-eval results file (no 'results')")
+    data, _ = read_json_object(path)
+    if "results" not in data:
+        raise DataError(f"{display_path(path)}: not an lm-eval results file (no 'results')")
     return data
 
 
 def _read_jsonl(path: Path) -> list[tuple[int, Row]]:
-    rows: list[tuple[int, Row]] = []
-    with path.open(encoding="utf-8") as handle:
-        for number, text in enumerate(handle, start=1):
-            if not text.strip():
-                continue
-            try:
-                row = json.loads(text)
-            except ValueError as exc:
-                raise DataError(f"{path}:{number}: not valid JSON ({exc.args[0]})") from exc
-            if not isinstance(row, dict):
-                raise DataError(f"{path}:{number}: expected a JSON object")
-            rows.append((number, row))
-    return rows
+    records = read_records(path, lines=True, empty_ok=True).records
+    return [(record.line, record.value) for record in records]
