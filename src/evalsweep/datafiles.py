@@ -34,7 +34,7 @@ import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any
+from typing import Any, BinaryIO
 
 from evalsweep.errors import DataError
 
@@ -250,7 +250,7 @@ def open_regular(path: Path) -> int:
 class _Hashing:
     """A binary reader that hashes what is read through it."""
 
-    def __init__(self, handle: IO[bytes], digest: Any) -> None:
+    def __init__(self, handle: gzip.GzipFile | BinaryIO, digest: Any) -> None:
         self._handle = handle
         self._digest = digest
 
@@ -392,7 +392,9 @@ def read_records(
     try:
         with open(fd, "rb", closefd=True) as raw:
             gzipped = path.suffix == ".gz"
-            source: IO[bytes] = gzip.GzipFile(fileobj=raw, mode="rb") if gzipped else raw
+            source: gzip.GzipFile | BinaryIO = (
+                gzip.GzipFile(fileobj=raw, mode="rb") if gzipped else raw
+            )
             reader = _Hashing(source, digest)
             if lines is False or (lines is None and path.suffix == ".json"):
                 iterator = _document_records(path, reader)
