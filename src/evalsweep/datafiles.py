@@ -11,8 +11,8 @@ file and line, before any record is handed on:
   :data:`MAX_DOCUMENT_BYTES`), strict UTF-8, and gzip data must be whole;
 * each value is strict JSON: nesting at most :data:`MAX_DEPTH` deep (checked
   in linear time before parsing), integers of at most :data:`MAX_INT_DIGITS`
-  digits, no ``NaN``/``Infinity``, no key twice in one object, no lone
-  surrogate in any string;
+  digits, finite numbers (no ``NaN``/``Infinity``, no ``1e999``), no key twice
+  in one object, no lone surrogate in any string;
 * each record is a JSON object, and a file with no records is refused.
 
 The file is opened once and hashed as it is read, so :attr:`RecordFile.digest`
@@ -27,6 +27,7 @@ import gzip
 import hashlib
 import itertools
 import json
+import math
 import os
 import re
 import stat
@@ -102,12 +103,22 @@ def _bounded_int(text: str) -> int:
         raise _Malformed(f"an integer cannot be read ({error})") from None
 
 
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):  # 1e999: written back out it would not be JSON
+        raise _Malformed(f"a number too large for a float ({text[:20]})")
+    return value
+
+
 def _no_constant(name: str) -> Any:
     raise _Malformed(f"{name} is not a JSON value")
 
 
 _DECODER = json.JSONDecoder(
-    object_pairs_hook=_unique_object, parse_int=_bounded_int, parse_constant=_no_constant
+    object_pairs_hook=_unique_object,
+    parse_int=_bounded_int,
+    parse_float=_finite_float,
+    parse_constant=_no_constant,
 )
 _STRUCTURE = re.compile(r'["\[\]{}]')
 _STRING_REST = re.compile(r'[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)
