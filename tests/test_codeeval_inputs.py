@@ -427,3 +427,63 @@ def test_a_fifo_given_to_a_real_process_is_refused_not_waited_on(
         ran.stderr.strip()
         == f"evalsweep: error: {samples}: is a FIFO (named pipe), not a data file"
     )
+
+
+# --- the code tasks' own data readers ------------------------------------------------------------
+
+
+def _mbpp_rows() -> list[dict[str, object]]:
+    return [dict(MBPP_ROW, task_id=i) for i in (2, 3, 4, 11)]
+
+
+@pytest.mark.parametrize(
+    ("edit", "says"),
+    [
+        ({"task_id": 11.5}, ":4: MBPP field 'task_id'"),
+        ({"task_id": "11"}, ":4: MBPP field 'task_id'"),
+        ({"test_list": ["assert inc(1) == 2"]}, ":4: field 'test_list' must hold at least 3"),
+        ({"text": None}, ":4: field 'text' is missing or not a string"),
+        ({"code": ["def inc(x): ..."]}, ":4: field 'code' is missing or not a string"),
+        ({"task_id": 3}, ":4: duplicate task_id 'MBPP/3'"),
+    ],
+)
+def test_the_mbpp_task_names_the_line_of_a_malformed_row(
+    tmp_path: Path, edit: dict[str, object], says: str
+) -> None:
+    from evalsweep.tasks._base import DataSource
+    from evalsweep.tasks.mbpp import MBPP
+
+    rows = _mbpp_rows()
+    rows[3].update(edit)
+    data = tmp_path / "mbpp" / "mbpp.jsonl"
+    data.parent.mkdir()
+    data.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    with pytest.raises(DataError) as raised:
+        MBPP().load(DataSource(str(tmp_path)), None)
+    assert str(raised.value).startswith(str(data) + says), raised.value
+    rows[3] = dict(MBPP_ROW, task_id=11)
+    data.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    assert [doc.key for doc in MBPP().load(DataSource(str(tmp_path)), None).documents] == [
+        "MBPP/11"
+    ]
+
+
+@pytest.mark.parametrize("task", ["humaneval", "gsm8k"])
+def test_the_tasks_read_their_data_by_the_same_strict_rules(tmp_path: Path, task: str) -> None:
+    from evalsweep.tasks import get_task
+    from evalsweep.tasks._base import DataSource
+
+    if task == "humaneval":
+        data = tmp_path / "humaneval" / "HumanEval.jsonl.gz"
+        data.parent.mkdir()
+        data.write_bytes(gzip.compress((_line(PROBLEM) + "\n" + _deep(200_000) + "\n").encode()))
+    else:
+        data = tmp_path / "gsm8k" / "test.jsonl"
+        data.parent.mkdir()
+        good = _line({"question": "1+1?", "answer": "#### 2"})
+        data.write_text(good + "\n" + '{"question": "x", "answer": ' + "9" * 5000 + "}\n")
+        (tmp_path / "gsm8k" / "train.jsonl").write_text(good + "\n")
+    with pytest.raises(DataError) as raised:
+        get_task(task).load(DataSource(str(tmp_path)), None)
+    message = str(raised.value)
+    assert message.startswith(f"{data}:2: ") and "\n" not in message
