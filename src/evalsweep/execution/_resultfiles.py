@@ -22,6 +22,7 @@ swapped underneath a run.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import hmac
 import json
@@ -124,6 +125,10 @@ class ResultFiles:
                 return os.open(name, flags, mode, dir_fd=self._dir), name
             except FileExistsError:
                 continue  # someone else's name: never touch it, draw another
+            except OSError as error:
+                raise DataError(
+                    f"cannot create a file beside {display_path(self.path)} ({error.strerror})"
+                ) from None
         raise DataError(f"cannot create a new file beside {display_path(self.path)}")
 
     def _lstat(self, name: str) -> os.stat_result | None:
@@ -301,7 +306,9 @@ class ResultFiles:
                 f"results path {display_path(self.path)} cannot be written ({error.strerror})"
                 + (kept if self._journal_ino else "")
             ) from None
-        os.fsync(self._dir)
+        # The rename made durable; a file system that cannot sync a directory keeps it anyway.
+        with contextlib.suppress(OSError):
+            os.fsync(self._dir)
         self._close_journal()
         if self._journal_ino is not None:
             found = self._lstat(self.partial_name)
