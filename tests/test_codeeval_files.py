@@ -283,6 +283,9 @@ def _computable_fingerprint(problems: Path, samples: Path) -> str:
         "v2-bad-mac",
         "v2-no-mac",
         "mac-of-another-key",
+        "mac-not-ascii",
+        "mac-a-number",
+        "mac-nested",
     ],
 )
 def test_a_forged_partial_with_the_right_fingerprint_is_not_reused(
@@ -297,6 +300,12 @@ def test_a_forged_partial_with_the_right_fingerprint_is_not_reused(
         fields["mac"] = "f" * 64
     elif header == "mac-of-another-key":
         fields["mac"] = _resultfiles._mac(b"k" * 32, "header", 2, fingerprint)
+    elif header == "mac-not-ascii":
+        fields["mac"] = "\u00e9" * 64
+    elif header == "mac-a-number":
+        fields["mac"] = 12345
+    elif header == "mac-nested":
+        fields["mac"] = [[{"mac": "0" * 64}]]
     partial = Path(f"{samples}_results.jsonl.partial")
     partial.write_text(_forged_partial(problems, samples, fields))
     partial.chmod(0o600)

@@ -52,6 +52,13 @@ def _mac(key: bytes, *parts: object) -> str:
     return hmac.new(key, message, hashlib.sha256).hexdigest()
 
 
+def _same_mac(found: object, expected: str) -> bool:
+    """Whether ``found`` is the MAC ``expected`` (compared in constant time; any type)."""
+    if not isinstance(found, str):
+        return False
+    return hmac.compare_digest(found.encode("utf-8", "replace"), expected.encode())
+
+
 def check_results_path(path: Path, inputs: Iterable[Path]) -> None:
     """Refuse, before anything runs, a results path evalsweep would not write."""
     shown = display_path(path)
@@ -136,6 +143,10 @@ class ResultFiles:
             return os.stat(name, dir_fd=self._dir, follow_symlinks=False)
         except FileNotFoundError:
             return None
+        except OSError as error:
+            raise DataError(
+                f"{display_path(self.path.with_name(name))}: cannot be used ({error.strerror})"
+            ) from None
 
     # -- the resume file ---------------------------------------------------------------------
 
@@ -228,11 +239,7 @@ class ResultFiles:
                 return "has no evalsweep header"
             fingerprint = header.get("fingerprint")
             version = header.get("evalsweep_partial")
-            mac = header.get("mac")
-            if not (
-                isinstance(mac, str)
-                and hmac.compare_digest(mac, _mac(self._key, "header", version, fingerprint))
-            ):
+            if not _same_mac(header.get("mac"), _mac(self._key, "header", version, fingerprint)):
                 return "does not carry your key (not written by evalsweep for you)"
             if version != PARTIAL_VERSION or fingerprint != self._fingerprint:
                 return {}  # yours, for other inputs: replaced
@@ -253,7 +260,7 @@ class ResultFiles:
         assert self._key is not None
         index, status, reason, detail = row["index"], row["verdict"], row["reason"], row["detail"]
         expected = _mac(self._key, "verdict", self._fingerprint, index, status, reason, detail)
-        if not isinstance(row["mac"], str) or not hmac.compare_digest(row["mac"], expected):
+        if not _same_mac(row["mac"], expected):
             raise ValueError("bad mac")
         if not (isinstance(index, int) and 0 <= index < count and status in _STATUSES):
             raise ValueError("out of range")
