@@ -13,6 +13,8 @@ from __future__ import annotations
 import json
 import os
 import stat
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -438,3 +440,23 @@ def test_the_cli_warns_in_one_line_and_leaves_the_target_alone(
     assert len(warnings) == 1 and "is a symbolic link: set aside as" in warnings[0]
     assert victim.read_text() == VICTIM_TEXT
     assert json.loads(ran.stdout)["counts"]["passed"] == 2
+
+
+def test_a_real_code_eval_process_refuses_a_linked_results_path_in_one_line(
+    tmp_path: Path, inputs: tuple[Path, Path], cli_env: dict[str, str], state_dir: Path
+) -> None:
+    problems, samples = inputs
+    results = samples.parent / "results.jsonl"
+    victim = _plant("symlink-to-file", results, tmp_path)
+    ran = subprocess.run(
+        [sys.executable, "-m", "evalsweep", "code-eval", "--problems", str(problems),
+         "--samples", str(samples), "--results", str(results)],
+        env={**cli_env, "EVALSWEEP_STATE_DIR": str(state_dir)},
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert ran.returncode == 2 and "Traceback" not in ran.stderr
+    lines = [line for line in ran.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and f"results path {results} is a symbolic link" in lines[0]
+    assert victim.read_text() == VICTIM_TEXT and not state_dir.exists()
+    names = ["problems.jsonl", "results.jsonl", "samples.jsonl"]
+    assert sorted(os.listdir(samples.parent)) == names
