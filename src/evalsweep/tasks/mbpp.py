@@ -66,10 +66,10 @@ class MBPP(CodeTask):
         if source.data_dir is None:
             rows = load_hub_split("google-research-datasets/mbpp", "full", "test")
             rows += load_hub_split("google-research-datasets/mbpp", "full", "prompt")
-            path = None
+            path, problems = None, None
         else:
             path = Path(source.data_dir) / "mbpp" / "mbpp.jsonl"
-            load_problems(path)  # every row's task_id and tests checked, naming its line
+            problems = load_problems(path)  # every row's task_id and tests checked, by line
             records = read_records(path, lines=True, what="rows").records
             for record in records:
                 _check_prompt_fields(path, record.line, record.value)
@@ -85,7 +85,8 @@ class MBPP(CodeTask):
             with tempfile.NamedTemporaryFile("w", suffix=".jsonl", delete=False) as handle:
                 handle.writelines(json.dumps(row) + "\n" for row in rows)
             path = Path(handle.name)
-        problems = load_problems(path)
+        if problems is None:
+            problems = load_problems(path)
         tests = [by_id[i] for i in TEST_IDS if i in by_id][:limit]
         documents = [
             Document(f"MBPP/{row['task_id']}", i, {"question": row["text"], **row})
