@@ -487,3 +487,27 @@ def test_the_tasks_read_their_data_by_the_same_strict_rules(tmp_path: Path, task
         get_task(task).load(DataSource(str(tmp_path)), None)
     message = str(raised.value)
     assert message.startswith(f"{data}:2: ") and "\n" not in message
+
+
+@pytest.mark.parametrize(
+    ("text", "says"),
+    [
+        ('{"results": ' + _deep(200_000) + "}", ":1: arrays and objects nested deeper than 64"),
+        ('{\n"results": {},\n"n": ' + "1" * 5000 + "}", ": an integer has more than 4300"),
+        ('{\n"results": {},\n"n": [1,\n2,,]}', ":4: not valid JSON"),
+        ('{"results": {}, "results": {}}', ": key 'results' appears twice"),
+        ("[]", ": expected a JSON object, found an array"),
+    ],
+)
+def test_an_lm_eval_results_file_is_read_by_the_same_rules(
+    tmp_path: Path, store_path: Path, text: str, says: str
+) -> None:
+    from evalsweep.importers import import_lm_eval
+    from evalsweep.store import Store
+
+    folder = tmp_path / "run"
+    folder.mkdir()
+    results = _write(folder / "results_2024-01-01.json", text)
+    with Store(store_path) as store, pytest.raises(DataError) as raised:
+        import_lm_eval(folder, store)
+    assert str(raised.value).startswith(str(results) + says), raised.value

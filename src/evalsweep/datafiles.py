@@ -80,7 +80,7 @@ def display_path(path: str | os.PathLike[str]) -> str:
 class _Malformed(Exception):
     """A value the strict JSON rules refuse; its message completes ``file:line: ``."""
 
-    def __init__(self, message: str, position: int = 0) -> None:
+    def __init__(self, message: str, position: int | None = None) -> None:
         super().__init__(message)
         self.position = position  # where in the text, when known
 
@@ -329,7 +329,7 @@ def _document_records(path: Path, reader: _Hashing) -> Iterator[Record]:
     try:
         _check_depth(text, position, limit=MAX_DEPTH + 1)  # + 1: the array around the items
     except _Malformed as error:
-        raise DataError(f"{shown}:{line_of(error.position)}: {error}") from None
+        raise DataError(f"{shown}:{line_of(error.position or 0)}: {error}") from None
     if text[position] != "[":
         raise DataError(f"{shown}:{line_of(position)}: expected a JSON array of objects")
     position += 1
@@ -450,6 +450,8 @@ def read_json_object(path: str | os.PathLike[str]) -> tuple[dict[str, Any], str]
         _check_depth(text)
         value = _parse_line(text)
     except _Malformed as error:
-        line = text.count("\n", 0, error.position) + 1 if error.position else 1
+        if error.position is None:  # found by a parser hook, which is not told where
+            raise DataError(f"{shown}: {error}") from None
+        line = text.count("\n", 0, error.position) + 1
         raise DataError(f"{shown}:{line}: {error}") from None
     return value, digest.hexdigest()
