@@ -93,6 +93,8 @@ BAD_SAMPLE_LINES: list[tuple[str, str | bytes, str]] = [
     ("bom", "\ufeff" + _line(GOOD_SAMPLE), "not valid JSON"),
     ("control-char-in-string", '{"task_id": "T/0", "completion": "a\tb"}', "not valid JSON"),
     ("duplicate-key", '{"task_id": "T/0", "task_id": "T/1", "completion": ""}', "appears twice"),
+    ("long-duplicate-key", '{"' + "k" * 100_000 + '": 1, "' + "k" * 100_000 + '": 2}', "twice"),
+    ("long-unknown-task", _line({"task_id": "T/" + "9" * 900, "completion": ""}), "unknown"),
     ("task-id-number", _line({"task_id": 0, "completion": ""}), "'task_id' is missing or not"),
     ("task-id-null", _line({"task_id": None, "completion": ""}), "'task_id' is missing or not"),
     ("completion-number", _line({"task_id": "T/0", "completion": 3}), "'completion' is missing"),
@@ -130,6 +132,7 @@ def _assert_refused(
         evaluate_samples_file(problems, samples, ks=(1,), service=never_started)
     message = str(raised.value)
     assert "\n" not in message and "\r" not in message, message
+    assert len(message) < 2 * len(str(tmp_path)) + 400, message  # a line, not a dump
     assert re.search(pattern, message), message
     assert not never_started._started
     assert set(os.listdir(tmp_path)) == before  # nothing written, not even a .partial

@@ -77,6 +77,12 @@ def display_path(path: str | os.PathLike[str]) -> str:
     return text if text.isprintable() else ascii(text)
 
 
+def display_value(value: object, width: int = 80) -> str:
+    """A value of a file for a one-line message: repr (escapes anything not printable), cut."""
+    text = repr(value)
+    return text if len(text) <= width else text[: width - 3] + "..."
+
+
 class _Malformed(Exception):
     """A value the strict JSON rules refuse; its message completes ``file:line: ``."""
 
@@ -89,7 +95,7 @@ def _unique_object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     value: dict[str, Any] = {}
     for key, item in pairs:
         if key in value:
-            raise _Malformed(f"key {key!r} appears twice in one object")
+            raise _Malformed(f"key {display_value(key)} appears twice in one object")
         value[key] = item
     return value
 

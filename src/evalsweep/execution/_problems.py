@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from evalsweep.datafiles import display_path, read_records
+from evalsweep.datafiles import display_path, display_value, read_records
 from evalsweep.errors import DataError
 
 from ._predict import parse_python
@@ -96,15 +96,9 @@ def _task_id(path: str, where: str, row: dict[str, Any]) -> str:
     if not value or len(value) > MAX_TASK_ID or not value.isprintable():
         raise DataError(
             f"{path}:{where}: field 'task_id' must be 1 to {MAX_TASK_ID} printable characters, "
-            f"got {_shown(value)}"
+            f"got {display_value(value)}"
         )
     return value
-
-
-def _shown(value: str) -> str:
-    """A value of a file, quoted and escaped for a one-line message, cut to 80 characters."""
-    text = repr(value)  # repr escapes every character that is not printable
-    return text if len(text) <= 80 else text[:77] + "..."
 
 
 def mbpp_task_id(raw: int) -> str:
@@ -194,7 +188,7 @@ def _language(path: str, where: str, row: dict[str, Any]) -> Language:
     language = _LANGUAGE_NAMES.get(name.lower()) if isinstance(name, str) else None
     if language is None:
         known = ", ".join(sorted(_LANGUAGE_NAMES))
-        shown = _shown(name) if isinstance(name, str) else f"of type {type(name).__name__}"
+        shown = display_value(name) if isinstance(name, str) else f"of type {type(name).__name__}"
         raise DataError(f"{path}:{where}: unknown language {shown} (known: {known})")
     return language
 
@@ -212,7 +206,7 @@ def _python_problem(path: str, where: str, row: dict[str, Any]) -> CodeProblem:
         )
     entry_point = _need_str(path, where, row, "entry_point")
     if not entry_point.isidentifier():
-        raise DataError(f"{path}:{where}: entry_point {_shown(entry_point)} is not a name")
+        raise DataError(f"{path}:{where}: entry_point {display_value(entry_point)} is not a name")
     problem = CodeProblem(
         task_id=_task_id(path, where, row),
         prompt=_source(path, where, row, "prompt"),
@@ -248,7 +242,7 @@ def read_problems(path: str | Path) -> tuple[dict[str, CodeProblem], str]:
                     f"{shown}:{where}: the test of {problem.task_id} does not compile ({error.msg})"
                 ) from None
         if problem.task_id in problems:
-            raise DataError(f"{shown}:{where}: duplicate task_id {_shown(problem.task_id)}")
+            raise DataError(f"{shown}:{where}: duplicate task_id {display_value(problem.task_id)}")
         problems[problem.task_id] = problem
     return problems, source.digest
 
@@ -275,7 +269,7 @@ def read_samples(
         if match and task_id not in problems:
             task_id = mbpp_task_id(int(match.group(1)))
         if task_id not in problems:
-            raise DataError(f"{shown}:{where}: unknown task_id {_shown(row['task_id'])}")
+            raise DataError(f"{shown}:{where}: unknown task_id {display_value(row['task_id'])}")
         has_completion, has_solution = "completion" in row, "solution" in row
         if has_completion == has_solution:
             raise DataError(f"{shown}:{where}: needs exactly one of 'completion' and 'solution'")
