@@ -126,6 +126,8 @@ _DECODER = json.JSONDecoder(
     parse_float=_finite_float,
     parse_constant=_no_constant,
 )
+# Only for other harnesses' logs (lm-eval writes NaN and -Infinity): numbers as Python reads them.
+_NONFINITE_DECODER = json.JSONDecoder(object_pairs_hook=_unique_object, parse_int=_bounded_int)
 _STRUCTURE = re.compile(r'["\[\]{}]')
 _STRING_REST = re.compile(r'[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)
 _TOO_DEEP = f"arrays and objects nested deeper than {MAX_DEPTH} levels"
@@ -181,10 +183,10 @@ def _check_strings(value: Any) -> None:
                     raise _Malformed("a string holds a lone surrogate, which is not text") from None
 
 
-def _decode(text: str, start: int = 0) -> tuple[Any, int]:
+def _decode(text: str, start: int = 0, decoder: json.JSONDecoder = _DECODER) -> tuple[Any, int]:
     """One strict JSON value from ``text[start:]``: (value, end)."""
     try:
-        return _DECODER.raw_decode(text, start)
+        return decoder.raw_decode(text, start)
     except json.JSONDecodeError as error:
         raise _Malformed(f"not valid JSON ({error.msg})", error.pos) from None
     except RecursionError:  # not reached after _check_depth; kept as a last line
@@ -199,10 +201,10 @@ def parse_object(text: str) -> dict[str, Any]:
         raise ValueError(str(error)) from None
 
 
-def _parse_line(text: str) -> dict[str, Any]:
+def _parse_line(text: str, decoder: json.JSONDecoder = _DECODER) -> dict[str, Any]:
     _check_depth(text)
     start = len(text) - len(text.lstrip(" \t\r\n"))
-    value, end = _decode(text, start)
+    value, end = _decode(text, start, decoder)
     if text[end:].strip(" \t\r\n"):
         raise _Malformed("not valid JSON (extra data after the value)")
     if _SURROGATE_ESCAPE.search(text):
@@ -301,19 +303,19 @@ def _lines(path: Path, reader: _Hashing) -> Iterator[tuple[int, str]]:
             ) from None
 
 
-def _jsonl_records(path: Path, reader: _Hashing) -> Iterator[Record]:
+def _jsonl_records(path: Path, reader: _Hashing, decoder: json.JSONDecoder) -> Iterator[Record]:
     shown = display_path(path)
     for number, text in _lines(path, reader):
         if not text.strip(" \t\r\n"):
             continue
         try:
-            value = _parse_line(text)
+            value = _parse_line(text, decoder)
         except _Malformed as error:
             raise DataError(f"{shown}:{number}: {error}") from None
         yield Record(number, value)
 
 
-def _document_records(path: Path, reader: _Hashing) -> Iterator[Record]:
+def _document_records(path: Path, reader: _Hashing, decoder: json.JSONDecoder) -> Iterator[Record]:
     """The objects of a file holding one JSON array, each with the line it starts on."""
     shown = display_path(path)
     raw = reader.read(MAX_DOCUMENT_BYTES + 1)
@@ -354,7 +356,7 @@ def _document_records(path: Path, reader: _Hashing) -> Iterator[Record]:
             line += text.count("\n", counted, position)
             counted = position
             try:
-                value, position = _decode(text, position)
+                value, position = _decode(text, position, decoder)
                 if _SURROGATE_ESCAPE.search(text, counted, position):
                     _check_strings(value)
             except _Malformed as error:
@@ -386,6 +388,7 @@ def read_records(
     limit: int | None = None,
     lines: bool | None = None,
     empty_ok: bool = False,
+    nonfinite: bool = False,
 ) -> RecordFile:
     """Every object of a ``.jsonl``, ``.jsonl.gz`` (gzip) or ``.json`` (one array) file.
 
@@ -396,6 +399,8 @@ def read_records(
         what: what the records are, for the message when there are none ("samples").
         limit: stop after this many records (the rest is not read).
         empty_ok: return no records for a file without any instead of refusing it.
+        nonfinite: accept ``NaN``, ``Infinity`` and floats that overflow (other
+            harnesses' logs hold them); every other rule stands.
 
     Raises:
         DataError: one line naming the file (and line) for any malformed input.
@@ -413,10 +418,11 @@ def read_records(
                 gzip.GzipFile(fileobj=raw, mode="rb") if gzipped else raw
             )
             reader = _Hashing(source, digest)
+            decoder = _NONFINITE_DECODER if nonfinite else _DECODER
             if lines is False or (lines is None and path.suffix == ".json"):
-                iterator = _document_records(path, reader)
+                iterator = _document_records(path, reader, decoder)
             else:
-                iterator = _jsonl_records(path, reader)
+                iterator = _jsonl_records(path, reader, decoder)
             for record in itertools.islice(iterator, limit):
                 line = record.line
                 records.append(record)
@@ -430,8 +436,12 @@ def read_records(
     return RecordFile(path, records, digest.hexdigest())
 
 
-def read_json_object(path: str | os.PathLike[str]) -> tuple[dict[str, Any], str]:
+def read_json_object(
+    path: str | os.PathLike[str], *, nonfinite: bool = False
+) -> tuple[dict[str, Any], str]:
     """A file holding one JSON object (by the same strict rules) and its SHA-256.
+
+    ``nonfinite`` as for :func:`read_records`.
 
     Raises:
         DataError: one line naming the file (and line) for any malformed input.
@@ -454,7 +464,7 @@ def read_json_object(path: str | os.PathLike[str]) -> tuple[dict[str, Any], str]
         raise DataError(f"{shown}:{line}: not valid UTF-8") from None
     try:
         _check_depth(text)
-        value = _parse_line(text)
+        value = _parse_line(text, _NONFINITE_DECODER if nonfinite else _DECODER)
     except _Malformed as error:
         if error.position is None:  # found by a parser hook, which is not told where
             raise DataError(f"{shown}: {error}") from None

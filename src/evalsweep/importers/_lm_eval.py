@@ -262,12 +262,12 @@ def _float(value: Any) -> float:
 
 
 def _read_json(path: Path) -> dict[str, Any]:
-    data, _ = read_json_object(path)
+    data, _ = read_json_object(path, nonfinite=True)
     if "results" not in data:
         raise DataError(f"{display_path(path)}: not an lm-eval results file (no 'results')")
     return data
 
 
 def _read_jsonl(path: Path) -> list[tuple[int, Row]]:
-    records = read_records(path, lines=True, empty_ok=True).records
+    records = read_records(path, lines=True, empty_ok=True, nonfinite=True).records
     return [(record.line, record.value) for record in records]
