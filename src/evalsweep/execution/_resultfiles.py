@@ -81,7 +81,11 @@ def check_results_path(path: Path, inputs: Iterable[Path]) -> None:
         if info.st_uid != os.geteuid():
             raise DataError(f"results path {shown} belongs to another user")
         for source in inputs:
-            if os.path.samefile(source, path):
+            try:
+                same = os.path.samestat(os.stat(source), info)
+            except OSError:
+                same = False  # an input gone since it was read: not this path
+            if same:
                 raise DataError(f"results path {shown} is the input file {display_path(source)}")
     parent = path.parent
     if parent.exists() and not parent.is_dir():
