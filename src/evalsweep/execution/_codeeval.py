@@ -134,16 +134,16 @@ def evaluate_samples_file(
     fingerprint = _fingerprint(problems_digest, samples_digest, limits)
     started = time.monotonic()
     owned = service is None
-    with ResultFiles(out_path, fingerprint, warn or _warn) as files:
-        verdicts = files.start(len(samples), resume)
-        resumed = len(verdicts)
-        pending = [index for index in range(len(samples)) if index not in verdicts]
-        if service is None:
-            service = ExecutionService(
-                workers=workers, limits=limits, unsafe_no_sandbox=unsafe_no_sandbox
-            )
-        try:
-            report = service.start()
+    if service is None:
+        service = ExecutionService(
+            workers=workers, limits=limits, unsafe_no_sandbox=unsafe_no_sandbox
+        )
+    try:
+        report = service.start()  # a sandbox that cannot start leaves no file behind
+        with ResultFiles(out_path, fingerprint, warn or _warn) as files:
+            verdicts = files.start(len(samples), resume)
+            resumed = len(verdicts)
+            pending = [index for index in range(len(samples)) if index not in verdicts]
 
             def on_result(position: int, result: ExecutionResult) -> None:
                 index = pending[position]
@@ -153,11 +153,11 @@ def evaluate_samples_file(
                     progress(len(verdicts), len(samples))
 
             service.run_many([requests[index] for index in pending], on_result)
-        finally:
-            if owned:
-                service.close()
-        elapsed = time.monotonic() - started
-        files.write_results(_result_rows(samples, verdicts))
+            elapsed = time.monotonic() - started
+            files.write_results(_result_rows(samples, verdicts))
+    finally:
+        if owned:
+            service.close()
     per_task: dict[str, list[int]] = collections.defaultdict(lambda: [0, 0])
     for index, sample in enumerate(samples):
         per_task[sample.task_id][0] += 1
