@@ -176,8 +176,17 @@ def store_path(tmp_path: Path) -> Path:
     return tmp_path / "results.sqlite"
 
 
+@pytest.fixture(scope="session", autouse=True)
+def session_state_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """evalsweep's state directory (its per-user key) for this session: never the user's own."""
+    path = tmp_path_factory.mktemp("state")
+    path.chmod(0o700)
+    os.environ["EVALSWEEP_STATE_DIR"] = str(path)
+    return path
+
+
 @pytest.fixture(scope="session")
-def cli_env() -> dict[str, str]:
+def cli_env(session_state_dir: Path) -> dict[str, str]:
     """Environment for CLI subprocesses: this one, offline, with a wide terminal."""
     env = dict(os.environ)
     env.update(OFFLINE_ENV)

@@ -144,7 +144,8 @@ def test_a_partial_file_from_other_inputs_is_not_reused(
     partial.write_text(
         '{"evalsweep_partial": 1, "fingerprint": "other"}\n{"index": 0, "verdict": "passed"}\n'
     )
-    result = evaluate_samples_file(HUMANEVAL, samples, ks=(1,), service=service)
+    with pytest.warns(UserWarning, match="does not carry your key.*set aside as"):
+        result = evaluate_samples_file(HUMANEVAL, samples, ks=(1,), service=service)
     assert result.run.samples_resumed == 0 and result.run.samples_run == 4
 
 

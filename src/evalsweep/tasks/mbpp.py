@@ -14,11 +14,12 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from evalsweep.datafiles import display_path, read_records
 from evalsweep.errors import DataError
 from evalsweep.requests import GenerationRequest
 from evalsweep.tasks._base import DataSource, Document, PreparedDocument, TaskData
 from evalsweep.tasks._code import CodeTask
-from evalsweep.tasks._data import load_hub_split, read_jsonl
+from evalsweep.tasks._data import load_hub_split
 
 FEWSHOT_IDS = (2, 3, 4)
 TEST_IDS = range(11, 511)
@@ -33,6 +34,17 @@ def question_text(row: Mapping[str, Any]) -> str:
         f"You are an expert Python programmer, and here is your task: {row['text']} "
         f"Your code should pass these tests:\n\n{tests[0]}\n{tests[1]}\n{tests[2]}\n[BEGIN]\n"
     )
+
+
+def _check_prompt_fields(path: Path, line: int, row: Mapping[str, Any]) -> None:
+    """What :func:`question_text` and :func:`build_context` need of a row."""
+    where = f"{display_path(path)}:{line}"
+    for field in ("text", "code"):
+        if not isinstance(row.get(field), str):
+            raise DataError(f"{where}: field {field!r} is missing or not a string")
+    tests = row.get("test_list")
+    if not isinstance(tests, list) or len(tests) < 3 or not all(isinstance(t, str) for t in tests):
+        raise DataError(f"{where}: field 'test_list' must hold at least 3 strings")
 
 
 def build_context(shots: list[Mapping[str, Any]], row: Mapping[str, Any]) -> str:
@@ -54,10 +66,14 @@ class MBPP(CodeTask):
         if source.data_dir is None:
             rows = load_hub_split("google-research-datasets/mbpp", "full", "test")
             rows += load_hub_split("google-research-datasets/mbpp", "full", "prompt")
-            path = None
+            path, problems = None, None
         else:
             path = Path(source.data_dir) / "mbpp" / "mbpp.jsonl"
-            rows = read_jsonl(path, ("task_id", "text", "code", "test_list"))
+            problems = load_problems(path)  # every row's task_id and tests checked, by line
+            records = read_records(path, lines=True, what="rows").records
+            for record in records:
+                _check_prompt_fields(path, record.line, record.value)
+            rows = [record.value for record in records]
         by_id = {int(row["task_id"]): row for row in rows}
         missing = [i for i in FEWSHOT_IDS if i not in by_id]
         if missing:
@@ -70,7 +86,8 @@ class MBPP(CodeTask):
             with tempfile.NamedTemporaryFile("wb", suffix=".jsonl", delete=False) as handle:
                 handle.write(dumps_lines(rows))
             path = Path(handle.name)
-        problems = load_problems(path)
+        if problems is None:
+            problems = load_problems(path)
         tests = [by_id[i] for i in TEST_IDS if i in by_id][:limit]
         documents = [
             Document(f"MBPP/{row['task_id']}", i, {"question": row["text"], **row})

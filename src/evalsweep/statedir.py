@@ -1,0 +1,115 @@
+"""evalsweep's per-user state directory and the secret keys kept in it.
+
+Location: ``$EVALSWEEP_STATE_DIR``, else ``$XDG_STATE_HOME/evalsweep``
+(``~/.local/state/evalsweep``). The directory is created 0700 and must belong
+to the user and be writable by no one else; a key in it is created 0600 with
+``O_EXCL`` (then linked into place, so two processes agree on one key) and
+read with ``O_NOFOLLOW``, and it is used only if it is a regular file of the
+user's, readable by no one else, of the right size. Anything else is
+:class:`KeyUnavailable`, never a key someone else could know.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import stat
+from pathlib import Path
+
+from evalsweep.datafiles import display_path
+
+KEY_BYTES = 32
+
+
+class KeyUnavailable(Exception):
+    """No trustworthy key can be had; the message says why, in one line."""
+
+
+def state_dir() -> Path:
+    if os.environ.get("EVALSWEEP_STATE_DIR"):
+        return Path(os.environ["EVALSWEEP_STATE_DIR"]).expanduser()
+    base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    return Path(base) / "evalsweep"
+
+
+def _open_private_dir(path: Path) -> int:
+    shown = display_path(path)
+    try:
+        path.mkdir(mode=0o700, parents=True, exist_ok=True)
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError as error:
+        raise KeyUnavailable(f"state directory {shown} cannot be used ({error.strerror})") from None
+    info = os.fstat(fd)
+    if info.st_uid != os.geteuid() or info.st_mode & 0o022:
+        os.close(fd)
+        raise KeyUnavailable(
+            f"state directory {shown} belongs to another user or others can write to it"
+        )
+    return fd
+
+
+def _read_key(directory: int, name: str, shown: str) -> bytes | None:
+    """The key, None if there is none yet; KeyUnavailable if the file is not trustworthy."""
+    try:
+        fd = os.open(
+            name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=directory
+        )
+    except FileNotFoundError:
+        return None
+    except OSError as error:
+        raise KeyUnavailable(f"key {shown} cannot be opened ({error.strerror})") from None
+    try:
+        info = os.fstat(fd)
+        if (
+            not stat.S_ISREG(info.st_mode)
+            or info.st_uid != os.geteuid()
+            or info.st_mode & 0o077
+            or info.st_size != KEY_BYTES
+        ):
+            raise KeyUnavailable(
+                f"key {shown} is not a {KEY_BYTES}-byte file of yours readable only by you"
+            )
+        key = os.read(fd, KEY_BYTES + 1)
+    finally:
+        os.close(fd)
+    if len(key) != KEY_BYTES:
+        raise KeyUnavailable(f"key {shown} changed while it was read")
+    return key
+
+
+def user_key(name: str) -> bytes:
+    """The user's secret key ``name`` in the state directory, created on first use."""
+    folder = state_dir()
+    shown = display_path(folder / name)
+    directory = _open_private_dir(folder)
+    try:
+        key = _read_key(directory, name, shown)
+        if key is not None:
+            return key
+        temporary = f".{name}.{secrets.token_hex(8)}.tmp"
+        try:
+            fd = os.open(
+                temporary,
+                os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                0o600,
+                dir_fd=directory,
+            )
+            try:
+                os.write(fd, secrets.token_bytes(KEY_BYTES))
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            try:
+                os.link(temporary, name, src_dir_fd=directory, dst_dir_fd=directory)
+            except FileExistsError:
+                pass  # another run made it first: use theirs
+            finally:
+                os.unlink(temporary, dir_fd=directory)
+        except OSError as error:
+            raise KeyUnavailable(f"key {shown} cannot be created ({error.strerror})") from None
+        key = _read_key(directory, name, shown)
+        if key is None:
+            raise KeyUnavailable(f"key {shown} vanished as it was created")
+        return key
+    finally:
+        os.close(directory)
