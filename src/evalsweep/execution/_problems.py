@@ -25,7 +25,6 @@ naming the file and line.
 
 from __future__ import annotations
 
-import ast
 import dataclasses
 import gzip
 import json
@@ -37,7 +36,7 @@ from typing import Any
 
 from evalsweep.errors import DataError
 
-from ._predict import parse_python
+from ._problem_code import complete_prompt, defined_names, reference_imports
 from ._types import ExecutionRequest, FunctionTest, Language
 
 
@@ -51,8 +50,10 @@ class CodeProblem:
     test: str
     benchmark: str  # "humaneval", "mbpp" or "script" (JavaScript, bash)
     canonical_solution: str | None = None
-    prompt_compiles: bool = True  # a prompt that compiles can give the judge its helpers
-    functions: tuple[str, ...] = ()  # the functions under test (see FunctionTest.sample_names)
+    # Trusted code the judge runs before the test (see _problem_code): the
+    # prompt, completed if needed, or the reference solution's imports.
+    prelude: str | None = None
+    functions: tuple[str, ...] = ()  # what the sample writes (see FunctionTest.sample_names)
     language: Language = "python"
     expected_output: str | None = None  # script problems: the exact stdout wanted
 
@@ -132,18 +133,6 @@ def _compile(source: str, name: str) -> None:
         compile(source, name, "exec", dont_inherit=True)
 
 
-def _defined_functions(code: Any) -> tuple[str, ...]:
-    """Top-level function names of MBPP's reference solution."""
-    if not isinstance(code, str):
-        return ()
-    tree = parse_python(code)
-    if tree is None:
-        return ()
-    return tuple(
-        node.name for node in tree.body if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
-    )
-
-
 _LANGUAGE_NAMES: dict[str, Language] = {
     "python": "python",
     "py": "python",
@@ -216,9 +205,14 @@ def load_problems(path: str | Path) -> dict[str, CodeProblem]:
                     f"{path}:{where}: MBPP field 'task_id' is missing or not an integer"
                 )
             test = _mbpp_test(path, where, row)
-            functions = _defined_functions(row.get("code"))
             problem = CodeProblem(
-                mbpp_task_id(row["task_id"]), "", "None", test, "mbpp", functions=functions
+                mbpp_task_id(row["task_id"]),
+                "",
+                "None",
+                test,
+                "mbpp",
+                prelude=reference_imports(row.get("code")),
+                functions=defined_names(row.get("code")),
             )
         else:
             problem = CodeProblem(
@@ -234,10 +228,13 @@ def load_problems(path: str | Path) -> dict[str, CodeProblem]:
                 raise DataError(
                     f"{path}:{where}: entry_point {problem.entry_point!r} is not a name"
                 )
-            try:
-                _compile(problem.prompt, f"{problem.task_id} prompt")
-            except SyntaxError:
-                problem = dataclasses.replace(problem, prompt_compiles=False)
+            prelude = complete_prompt(problem.prompt, problem.canonical_solution)
+            if prelude is None:
+                raise DataError(
+                    f"{path}:{where}: the prompt of {problem.task_id} does not compile, "
+                    "even completed with its reference solution or a pass body"
+                )
+            problem = dataclasses.replace(problem, prelude=prelude)
         if problem.task_id in problems:
             raise DataError(f"{path}:{where}: duplicate task_id {problem.task_id!r}")
         try:
@@ -289,12 +286,12 @@ def build_request(sample: CodeSample, problem: CodeProblem) -> ExecutionRequest:
             expected_stdout=problem.expected_output,
             key=key,
         )
-    # The judge runs the dataset's own prompt first, so the test's helpers
-    # (HumanEval/32's ``poly``) are the dataset's, never the sample's.
-    prelude = (
-        problem.prompt if problem.benchmark == "humaneval" and problem.prompt_compiles else None
+    # The judge runs the problem's own prelude first, so the test's helpers
+    # (HumanEval/32's ``poly``) and modules (MBPP/596's ``sys``) are the
+    # problem's, never the sample's.
+    test = FunctionTest(
+        problem.test, problem.entry_point, problem.prelude, sample_names=problem.functions
     )
-    test = FunctionTest(problem.test, problem.entry_point, prelude, sample_names=problem.functions)
     return ExecutionRequest(program=program, test=test, key=key)
 
 
