@@ -442,7 +442,7 @@ RULES: tuple[Rule, ...] = (
         "quadratic_test_work_after_the_sample_exited",
         _req(
             "import os, threading, time\n"
-            "def _leave():\n    time.sleep(0.05)\n    os._exit(0)\n"
+            "def _leave():\n    time.sleep(0.4)\n    os._exit(0)\n"
             "def f(x):\n    threading.Thread(target=_leave).start()\n"
             f"    return [k * {M} for k in range(100000)]\n",
             QUADRATIC_IN_TEST,
