@@ -136,7 +136,19 @@ def _judge_in_child(
 ) -> dict[str, Any]:
     """Fork, judge in the child, and return what it reported (or why it did not)."""
     report_read, report_write = os.pipe()
-    pid = os.fork()
+    try:
+        pid = os.fork()
+    except OSError as error:  # out of processes or memory: this sample is not judged
+        os.close(report_read)
+        os.close(report_write)
+        return {
+            "report": {
+                "outcome": "error",
+                "origin": "judge limit",
+                "type": "JudgeLost",
+                "msg": f"the judge could not start for this sample ({error.strerror})",
+            }
+        }
     if pid == 0:
         os.close(report_read)
         _judge_child(spec, message, fds[0], report_write)  # never returns
