@@ -5,7 +5,8 @@ samples: an honest solution of the same problem (where it has one) and a
 probe problem whose test checks that the judge starts clean (no patched
 module, builtin or interpreter setting, no module imported because someone
 named it) and whose wrong solution must fail. The batch runs with one worker
-and with the default number.
+and with the default number (C per-sample loop), and with one worker under
+the Python loop.
 
 The rules each case exercises are in docs/sandbox.md: names a test uses are
 the problem's or builtins (only what the sample is asked to write is the
@@ -460,7 +461,7 @@ class Outcome:
     probe_wrong: ExecutionResult
 
 
-def _run_all(workers: int | None, tmp: Path) -> dict[str, Outcome]:
+def _run_all(workers: int | None, tmp: Path, native_loop: bool = True) -> dict[str, Outcome]:
     right = ExecutionRequest(PROBE_RIGHT, test=PROBE, limits=LIMITS)
     wrong = ExecutionRequest(PROBE_WRONG, test=PROBE, limits=LIMITS)
     requests: list[ExecutionRequest] = []
@@ -472,7 +473,8 @@ def _run_all(workers: int | None, tmp: Path) -> dict[str, Outcome]:
         # Honest before, the hostile sample, honest after, then the probe's wrong solution.
         requests += [honest, right, hostile, honest, right, wrong]
         shapes.append((rule.name, rule.honest is not None))
-    with ExecutionService(workers=workers, limits=LIMITS) as service:
+    with ExecutionService(workers=workers, limits=LIMITS, native_loop=native_loop) as service:
+        assert service.report.sample_loop == ("C" if native_loop else "Python")
         results = service.run_many(requests, slice_items=per_slice)
         restarts = sum(worker.restarts for worker in service._pool)
     assert restarts == 0
@@ -483,11 +485,16 @@ def _run_all(workers: int | None, tmp: Path) -> dict[str, Outcome]:
     return outcomes
 
 
-@pytest.fixture(scope="module", params=[1, None], ids=["workers-1", "workers-default"])
+@pytest.fixture(
+    scope="module",
+    params=[(1, True), (None, True), (1, False)],
+    ids=["workers-1", "workers-default", "workers-1-Python-loop"],
+)
 def outcomes(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[dict[str, Outcome]]:
-    yield _run_all(request.param, tmp_path_factory.mktemp("rules"))
+    workers, native_loop = request.param
+    yield _run_all(workers, tmp_path_factory.mktemp("rules"), native_loop)
 
 
 def test_the_rules_suite_has_at_least_thirty_hostile_samples() -> None:
