@@ -11,7 +11,7 @@ from evalsweep.execution import ExecutionRequest, FunctionTest
 from evalsweep.execution._problem_code import (
     complete_prompt,
     defined_names,
-    reference_imports,
+    reference_prelude,
 )
 from evalsweep.execution._problems import CodeSample, build_request, load_problems
 from evalsweep.execution._runtime import wire
@@ -25,20 +25,30 @@ def test_the_sample_writes_the_reference_codes_functions_and_classes() -> None:
     assert defined_names("def (:") == () and defined_names(None) == ()
 
 
-def test_the_reference_codes_imports_are_the_judges() -> None:
-    code = "import sys \nfrom math import gcd as g\nfrom . import x\ndef f():\n    import re\n"
-    assert reference_imports(code) == "import sys\nfrom math import gcd as g\n"
-    assert reference_imports("def f():\n    return 1\n") is None
-    assert reference_imports("def (:") is None
+def test_the_reference_codes_imports_constants_and_definitions_are_the_judges() -> None:
+    code = (
+        "import sys \nfrom math import gcd as g\nfrom . import x\nMOD = 10 ** 9 + 7\n"
+        "R: float = 2.5\nseen = set()\nprint('hi')\na, b = 1, 2\n"
+        "def f():\n    import re\nif __name__ == '__main__':\n    f()\n"
+    )
+    assert reference_prelude(code) == (
+        "import sys\nfrom math import gcd as g\nMOD = 10 ** 9 + 7\nR: float = 2.5\n"
+        "def f():\n    import re\n"
+    )
+    assert reference_prelude("print(1)\n") is None
+    assert reference_prelude("def (:") is None and reference_prelude(None) is None
 
 
 @pytest.mark.parametrize("name", ["mbpp-596.jsonl", "sanitized-mbpp-596.json"])
 def test_mbpp_596_gets_sys_from_its_reference_solution(name: str) -> None:
     problem = load_problems(DATA / name)["MBPP/596"]
-    assert problem.prelude == "import sys\n"
+    assert (
+        problem.prelude
+        == "import sys\ndef tuple_size(tuple_list):\n    return sys.getsizeof(tuple_list)\n"
+    )
     assert problem.functions == ("tuple_size",)
     request = build_request(CodeSample(0, "MBPP/596", "x = 1\n", True, {}), problem)
-    assert request.test is not None and request.test.prelude == "import sys\n"
+    assert request.test is not None and request.test.prelude == problem.prelude
     assert request.test.sample_names == ("tuple_size",)
 
 

@@ -214,6 +214,27 @@ RULES: tuple[Rule, ...] = (
         "unresolved name",
     ),
     Rule(
+        "constant_the_reference_defines_redefined_by_the_sample",
+        _req(
+            "MOD = 7\ndef wrap(x):\n    return x % 7\n",
+            _mbpp_test(
+                "    assert wrap(10 ** 12) == 10 ** 12 % MOD\n",
+                "MOD = 10 ** 9 + 7\ndef wrap(x):\n    return x % MOD\n",
+                "wrap",
+            ),
+        ),
+        "failed",
+        "AssertionError",
+        _req(
+            "def wrap(x):\n    return x % (10 ** 9 + 7)\n",
+            _mbpp_test(
+                "    assert wrap(10 ** 12) == 10 ** 12 % MOD\n",
+                "MOD = 10 ** 9 + 7\ndef wrap(x):\n    return x % MOD\n",
+                "wrap",
+            ),
+        ),
+    ),
+    Rule(
         "fake_re_module",
         _req(
             "class _Re:\n    @staticmethod\n    def fullmatch(*args):\n        return True\n"

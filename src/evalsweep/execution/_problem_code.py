@@ -7,8 +7,8 @@ to write come from the sample. This module reads the problem's trusted code
 
 * the *prelude* the judge runs before the test: a HumanEval prompt (with its
   helpers, such as HumanEval/32's ``poly``), completed if it does not compile
-  alone; for MBPP, the imports of the reference code (MBPP/596's test uses
-  the ``sys`` its reference solution imports);
+  alone; for MBPP, the imports, constants and definitions of the reference
+  code (MBPP/596's test uses the ``sys`` its reference solution imports);
 * the *sample names*: the entry point, and the functions and classes the
   reference code defines (an MBPP test calls them by name).
 """
@@ -58,25 +58,47 @@ def defined_names(code: object) -> tuple[str, ...]:
     return tuple(dict.fromkeys(node.name for node in tree.body if isinstance(node, kinds)))
 
 
-def reference_imports(code: object) -> str | None:
-    """The top-level import statements of a reference solution, as source (None: none).
+def reference_prelude(code: object) -> str | None:
+    """What a reference solution defines at top level, as the judge runs it (None: nothing).
 
-    Run by the judge before the test, so a module the test uses without
-    importing it (as the reference solution does) is the judge's own import,
-    never whatever the sample bound to that name.
+    Its imports (MBPP/596's test uses the ``sys`` its reference imports), its
+    constants (assignments that call nothing) and its functions and classes
+    (the judge replaces those by the sample's before the test runs). Other
+    top-level statements (prints, calls, loops, ``__main__`` blocks) are left
+    out: the judge runs only what defines names, so a problem's prelude
+    cannot fail or take time on its own.
     """
     if not isinstance(code, str):
         return None
     tree = parse_python(code)
     if tree is None:
         return None
-    lines = [
-        ast.unparse(node)
-        for node in tree.body
-        if isinstance(node, ast.Import)
-        or (isinstance(node, ast.ImportFrom) and node.level == 0 and node.module != "__future__")
-    ]
-    return "".join(line + "\n" for line in lines) or None
+    kept = [node for node in tree.body if _defines_only(node)]
+    if not kept:
+        return None
+    return "".join(ast.unparse(node) + "\n" for node in kept)
+
+
+def _defines_only(node: ast.stmt) -> bool:
+    if isinstance(node, ast.Import):
+        return True
+    if isinstance(node, ast.ImportFrom):
+        return node.level == 0 and node.module != "__future__"
+    if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+        return True
+    if isinstance(node, ast.Assign | ast.AnnAssign):
+        value = node.value
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+        plain = all(isinstance(target, ast.Name) for target in targets)
+        return (
+            plain
+            and value is not None
+            and not any(
+                isinstance(inner, ast.Call | ast.Await | ast.Yield | ast.YieldFrom | ast.NamedExpr)
+                for inner in ast.walk(value)
+            )
+        )
+    return False
 
 
 def complete_prompt(prompt: str, reference_body: object) -> str | None:

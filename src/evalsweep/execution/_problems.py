@@ -36,7 +36,7 @@ from typing import Any
 
 from evalsweep.errors import DataError
 
-from ._problem_code import complete_prompt, defined_names, reference_imports
+from ._problem_code import complete_prompt, defined_names, reference_prelude
 from ._types import ExecutionRequest, FunctionTest, Language
 
 
@@ -51,7 +51,7 @@ class CodeProblem:
     benchmark: str  # "humaneval", "mbpp" or "script" (JavaScript, bash)
     canonical_solution: str | None = None
     # Trusted code the judge runs before the test (see _problem_code): the
-    # prompt, completed if needed, or the reference solution's imports.
+    # prompt, completed if needed, or what the reference solution defines.
     prelude: str | None = None
     functions: tuple[str, ...] = ()  # what the sample writes (see FunctionTest.sample_names)
     language: Language = "python"
@@ -211,7 +211,7 @@ def load_problems(path: str | Path) -> dict[str, CodeProblem]:
                 "None",
                 test,
                 "mbpp",
-                prelude=reference_imports(row.get("code")),
+                prelude=reference_prelude(row.get("code")),
                 functions=defined_names(row.get("code")),
             )
         else:
