@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from evalsweep.errors import DataError
 from evalsweep.execution import ExecutionRequest, FunctionTest
 from evalsweep.execution._problem_code import (
     complete_prompt,
@@ -50,6 +51,20 @@ def test_mbpp_596_gets_sys_from_its_reference_solution(name: str) -> None:
     request = build_request(CodeSample(0, "MBPP/596", "x = 1\n", True, {}), problem)
     assert request.test is not None and request.test.prelude == problem.prelude
     assert request.test.sample_names == ("tuple_size",)
+
+
+@pytest.mark.parametrize("code", [None, "", "def (:", "import sys\nX = 1\n"])
+def test_an_mbpp_problem_without_a_reference_definition_is_refused(
+    tmp_path: Path, code: str | None
+) -> None:
+    row = json.loads((DATA / "mbpp-596.jsonl").read_text())
+    row["code"] = code
+    path = tmp_path / "mbpp.jsonl"
+    path.write_text(json.dumps(row) + "\n")
+    with pytest.raises(DataError) as raised:
+        load_problems(path)
+    message = str(raised.value)
+    assert f"{path}:1:" in message and "MBPP/596" in message and "\n" not in message
 
 
 def _cut(tmp_path: Path, reference: bool) -> Path:

@@ -205,6 +205,14 @@ def load_problems(path: str | Path) -> dict[str, CodeProblem]:
                     f"{path}:{where}: MBPP field 'task_id' is missing or not an integer"
                 )
             test = _mbpp_test(path, where, row)
+            functions = defined_names(row.get("code"))
+            if not functions:
+                # The reference solution says which names the sample writes;
+                # without it every name the test uses would be unresolved.
+                raise DataError(
+                    f"{path}:{where}: {mbpp_task_id(row['task_id'])} has no reference solution "
+                    "('code') defining the functions its test calls"
+                )
             problem = CodeProblem(
                 mbpp_task_id(row["task_id"]),
                 "",
@@ -212,7 +220,7 @@ def load_problems(path: str | Path) -> dict[str, CodeProblem]:
                 test,
                 "mbpp",
                 prelude=reference_prelude(row.get("code")),
-                functions=defined_names(row.get("code")),
+                functions=functions,
             )
         else:
             problem = CodeProblem(
