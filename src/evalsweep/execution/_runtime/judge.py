@@ -53,9 +53,10 @@ def _expire(_signum: int, _frame: object) -> None:
 def deadline(seconds: float) -> Iterator[None]:
     """Raise :class:`JudgeTimeout` in this thread after ``seconds`` of wall time.
 
-    The handler stays installed between judgements (``signal.signal`` costs
-    more than a small test: it wraps every handler in an enum) and is put
-    back only if a test replaced it.
+    (``_signal`` rather than ``signal``: the latter wraps every handler in an
+    enum, which costs more than a small test.) A long call in C is not
+    interrupted; the judging child's CPU limit and its parent's hard stop
+    bound those (see judge_role).
     """
     if _signal.getsignal(signal.SIGALRM) is not _expire:
         _signal.signal(signal.SIGALRM, _expire)
