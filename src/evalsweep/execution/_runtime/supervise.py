@@ -18,8 +18,8 @@ import time
 _READ_CHUNK = 1 << 16
 WALL_FACTOR = 5  # the most wall-clock time a sample gets, in timeouts
 # How long a sample may go on once its judge is done (it normally exits at
-# once, on end-of-file): only calls sent ahead that the test never needed can
-# keep it, and their outcome no longer matters.
+# once, on end-of-file): only a thread of its own or a handler at exit can
+# keep it, and nothing it does then changes the verdict.
 STOP_GRACE = 0.25
 # The judge's hang-up is watched for only once a sample has run this long:
 # most samples end sooner, and watching from the start would wake the zygote
