@@ -26,7 +26,6 @@ whole program). Both files are read by the one strict reader
 
 from __future__ import annotations
 
-import ast
 import dataclasses
 import re
 import warnings
@@ -37,7 +36,7 @@ from typing import Any
 from evalsweep.datafiles import display_path, display_value, read_records
 from evalsweep.errors import DataError
 
-from ._predict import parse_python
+from ._problem_code import complete_prompt, defined_names, reference_prelude
 from ._types import ExecutionRequest, FunctionTest, Language
 
 
@@ -51,8 +50,10 @@ class CodeProblem:
     test: str
     benchmark: str  # "humaneval", "mbpp" or "script" (JavaScript, bash)
     canonical_solution: str | None = None
-    prompt_compiles: bool = True  # a prompt that compiles can give the judge its helpers
-    functions: tuple[str, ...] = ()  # the functions under test (see FunctionTest.sample_names)
+    # Trusted code the judge runs before the test (see _problem_code): the
+    # prompt, completed if needed, or what the reference solution defines.
+    prelude: str | None = None
+    functions: tuple[str, ...] = ()  # what the sample writes (see FunctionTest.sample_names)
     language: Language = "python"
     expected_output: str | None = None  # script problems: the exact stdout wanted
 
@@ -142,18 +143,6 @@ def _compile(source: str, name: str) -> None:
         compile(source, name, "exec", dont_inherit=True)
 
 
-def _defined_functions(code: str | None) -> tuple[str, ...]:
-    """Top-level function names of MBPP's reference solution."""
-    if code is None:
-        return ()
-    tree = parse_python(code)
-    if tree is None:
-        return ()
-    return tuple(
-        node.name for node in tree.body if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
-    )
-
-
 _LANGUAGE_NAMES: dict[str, Language] = {
     "python": "python",
     "py": "python",
@@ -196,14 +185,24 @@ def _language(path: str, where: str, row: dict[str, Any]) -> Language:
 
 def _python_problem(path: str, where: str, row: dict[str, Any]) -> CodeProblem:
     if "test_list" in row:
+        task_id = _mbpp_id(path, where, row)
         code = _optional_source(path, where, row, "code")
+        functions = defined_names(code)
+        if not functions:
+            # The reference solution says which names the sample writes;
+            # without it every name the test uses would be unresolved.
+            raise DataError(
+                f"{path}:{where}: {task_id} has no reference solution "
+                "('code') defining the functions its test calls"
+            )
         return CodeProblem(
-            _mbpp_id(path, where, row),
+            task_id,
             "",
             "None",
             _mbpp_test(path, where, row),
             "mbpp",
-            functions=_defined_functions(code),
+            prelude=reference_prelude(code),
+            functions=functions,
         )
     entry_point = _need_str(path, where, row, "entry_point")
     if not entry_point.isidentifier():
@@ -217,11 +216,15 @@ def _python_problem(path: str, where: str, row: dict[str, Any]) -> CodeProblem:
         canonical_solution=_optional_source(path, where, row, "canonical_solution"),
         functions=(entry_point,),
     )
-    try:
-        _compile(problem.prompt, f"{problem.task_id} prompt")
-    except SyntaxError:
-        problem = dataclasses.replace(problem, prompt_compiles=False)
-    return problem
+    # The prompt's helpers come from the problem even where the prompt alone
+    # does not compile (no docstring after the signature): it is completed.
+    prelude = complete_prompt(problem.prompt, problem.canonical_solution)
+    if prelude is None:
+        raise DataError(
+            f"{path}:{where}: the prompt of {problem.task_id} does not compile, "
+            "even completed with its reference solution or a pass body"
+        )
+    return dataclasses.replace(problem, prelude=prelude)
 
 
 def read_problems(path: str | Path) -> tuple[dict[str, CodeProblem], str]:
@@ -296,12 +299,12 @@ def build_request(sample: CodeSample, problem: CodeProblem) -> ExecutionRequest:
             expected_stdout=problem.expected_output,
             key=key,
         )
-    # The judge runs the dataset's own prompt first, so the test's helpers
-    # (HumanEval/32's ``poly``) are the dataset's, never the sample's.
-    prelude = (
-        problem.prompt if problem.benchmark == "humaneval" and problem.prompt_compiles else None
+    # The judge runs the problem's own prelude first, so the test's helpers
+    # (HumanEval/32's ``poly``) and modules (MBPP/596's ``sys``) are the
+    # problem's, never the sample's.
+    test = FunctionTest(
+        problem.test, problem.entry_point, problem.prelude, sample_names=problem.functions
     )
-    test = FunctionTest(problem.test, problem.entry_point, prelude, sample_names=problem.functions)
     return ExecutionRequest(program=program, test=test, key=key)
 
 

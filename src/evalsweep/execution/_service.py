@@ -49,7 +49,8 @@ DEFAULT_PRELOAD = (
     *("typing", "math", "re", "collections", "itertools", "functools", "heapq", "bisect"),
     *("string", "copy", "operator"),
 )
-# The judge does not fork per sample, so it can afford whatever tests use.
+# Imported once in every judge: each sample is judged in a fork of it, which
+# then finds these loaded (a fork costs the same whatever it holds).
 JUDGE_PRELOAD = (
     "typing",
     "math",

@@ -25,7 +25,6 @@ from typing import Any
 
 from . import _verdict
 from ._cgroups import CgroupSupport, WorkerCgroup
-from ._predict import predicted_calls
 from ._rootfs import interpreter_for
 from ._runtime import control
 from ._runtime.judge_role import compile_test
@@ -79,9 +78,6 @@ class WorkerSettings:
     uid_base: int
     limits: Limits
     name: str
-    # Per test: the calls a passing sample was asked, as a judge reported them,
-    # handed to the other judges (None: the test asks different calls each time).
-    call_plans: dict[str, list[Any] | None] = field(default_factory=dict)
     # Forks every zygote of the service (None: each starts its own interpreter).
     launcher: Launcher | None = None
 
@@ -170,10 +166,9 @@ class Worker:
     judge_box: Sandbox | None = None
     restarts: int = 0
     _tests: set[str] = field(default_factory=set)
-    _planned: set[str] = field(default_factory=set)  # tests whose plan the judge has
     _cgroups: list[WorkerCgroup] = field(default_factory=list)
     _oom_seen: int = 0
-    # Messages the judges wrote to samples (a batch of calls sent ahead is one).
+    # Messages the judges wrote to samples (one per request the test made).
     messages_to_samples: int = 0
 
     # -- lifecycle ---------------------------------------------------------------------------
@@ -216,7 +211,6 @@ class Worker:
             self.stop()
             raise
         self._tests.clear()
-        self._planned.clear()
         self._oom_seen = sample_group.oom_kills() if sample_group is not None else 0
 
     def stop(self) -> None:
@@ -412,20 +406,14 @@ class Worker:
                     "code": compiled_test(test.test, test.prelude),
                     "entry_point": test.entry_point,
                     "sample_names": list(test.sample_names),
-                    "calls": predicted_calls(
-                        test.test, test.sample_names, test.entry_point, test.prelude
-                    ),
                 }
             )
             self._tests.add(key)
-        plan = self.settings.call_plans.get(key)
-        if plan and key not in self._planned:
-            self.judge_box.send({"op": "plan", "key": key, "calls": plan})
-            self._planned.add(key)
         judge_end, sample_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-        # Closed by the judge when it has its report: the sample's zygote then
-        # stops a sample still busy with calls sent ahead that the test never
-        # needed (see _predict).
+        # Closed by the judge once it is done with this sample: the sample's
+        # zygote then stops the sample if it still runs, and forks the next
+        # sample only after that (so no sample's clock runs while the judge
+        # is still busy with the one before).
         done_read, done_write = os.pipe()
         try:
             judge_message = {
@@ -459,7 +447,7 @@ class Worker:
         if flight.judged:
             while True:
                 judge = self.judge_box.receive(deadline)
-                if judge.get("t") in ("test_ok", "test_error", "plan_ok"):
+                if judge.get("t") in ("test_ok", "test_error"):
                     continue
                 if judge.get("t") != "result" or judge.get("id") != flight.request_id:
                     raise SandboxBroken(
@@ -467,18 +455,7 @@ class Worker:
                     )
                 break
             self.messages_to_samples += int(judge.get("sent", 0) or 0)
-            self._share_plan(judge_key(flight.request), judge)
         return sample, judge
-
-    def _share_plan(self, key: str, judge: dict[str, Any]) -> None:
-        """Keep the call plan a judge made (or the news that its test has none)."""
-        plans = self.settings.call_plans
-        if judge.get("unstable"):
-            plans[key] = None
-            self._planned.add(key)
-        elif isinstance(judge.get("calls"), list) and key not in plans:
-            plans[key] = judge["calls"]
-            self._planned.add(key)  # this judge made it
 
     def _oom_happened(self) -> bool:
         group = self.sample_box.cgroup if self.sample_box else None

@@ -74,7 +74,8 @@
 
 /* supervise.py's timing constants, handed to serve() by Python so that the
  * two loops cannot drift apart. */
-static double wall_factor, stop_grace, stop_watch_after, reap_budget;
+static double wall_factor, stop_grace, stop_watch_after, reap_budget, judge_wait_factor,
+    judge_wait_grace;
 
 typedef struct {
     unsigned char *data;
@@ -341,6 +342,32 @@ static void watch(pid_t pid, int pidfd, int out, int err, int judge_done, double
         }
     }
     seen->wall = monotonic() - started;
+}
+
+/* supervise.wait_for_hangup: until every writer of the pipe has closed it, or ``seconds``. */
+static void wait_for_hangup(int fd, double seconds) {
+    double end = monotonic() + seconds;
+    unsigned char scrap[256];
+    for (;;) {
+        double remaining = end - monotonic();
+        if (remaining <= 0)
+            return;
+        struct pollfd polled = {fd, POLLIN, 0};
+        int ready = poll(&polled, 1, (int)ceil(remaining * 1000.0));
+        if (ready < 0 && errno == EINTR)
+            continue;
+        if (ready < 0)
+            return;
+        if (ready == 0)
+            continue;
+        if (polled.revents & (POLLHUP | POLLERR))
+            return;
+        if (polled.revents & POLLIN) {
+            ssize_t got = read(fd, scrap, sizeof scrap);
+            if (got == 0 || (got < 0 && errno != EINTR))
+                return;
+        }
+    }
 }
 
 /* supervise.reap_everything, as the pid namespace's init: 0 if nothing survived. */
@@ -611,9 +638,9 @@ static PyObject *serve(PyObject *module, PyObject *args) {
     int ctl, devnull, log_fd;
     Py_ssize_t run_size, result_size;
     PyObject *prepare, *child;
-    if (!PyArg_ParseTuple(args, "iiiOO(nndddd)", &ctl, &devnull, &log_fd, &prepare, &child,
+    if (!PyArg_ParseTuple(args, "iiiOO(nndddddd)", &ctl, &devnull, &log_fd, &prepare, &child,
                           &run_size, &result_size, &wall_factor, &stop_grace, &stop_watch_after,
-                          &reap_budget))
+                          &reap_budget, &judge_wait_factor, &judge_wait_grace))
         return NULL;
     if (run_size != RUN_SIZE || result_size != RESULT_SIZE) {
         PyErr_SetString(PyExc_RuntimeError, "the C sample loop was built for another protocol");
@@ -734,6 +761,9 @@ static PyObject *serve(PyObject *module, PyObject *args) {
         int clean = reap_everything(pid, &seen) == 0;
         int pipes[2] = {out[0], err[0]};
         drain_after(pipes, captures, output_limit, &seen, chunk);
+        /* The next sample is forked only once the judge is done with this one. */
+        if (judge_done >= 0)
+            wait_for_hangup(judge_done, timeout * judge_wait_factor + judge_wait_grace);
         close(pidfd);
         close(out[0]);
         close(err[0]);
@@ -757,7 +787,8 @@ static PyObject *serve(PyObject *module, PyObject *args) {
 static PyMethodDef methods[] = {
     {"serve", serve, METH_VARARGS,
      "serve(ctl_fd, devnull_fd, log_fd, prepare, child, (run_size, result_size, wall_factor, "
-     "stop_grace, stop_watch_after, reap_budget)): run samples until the parent hangs up."},
+     "stop_grace, stop_watch_after, reap_budget, judge_wait_factor, judge_wait_grace)): run "
+     "samples until the parent hangs up."},
     {NULL, NULL, 0, NULL},
 };
 

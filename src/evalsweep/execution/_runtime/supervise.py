@@ -18,14 +18,43 @@ import time
 _READ_CHUNK = 1 << 16
 WALL_FACTOR = 5  # the most wall-clock time a sample gets, in timeouts
 # How long a sample may go on once its judge is done (it normally exits at
-# once, on end-of-file): only calls sent ahead that the test never needed can
-# keep it, and their outcome no longer matters.
+# once, on end-of-file): only a thread of its own or a handler at exit can
+# keep it, and nothing it does then changes the verdict.
 STOP_GRACE = 0.25
 # The judge's hang-up is watched for only once a sample has run this long:
 # most samples end sooner, and watching from the start would wake the zygote
 # once more per sample (the judge finishes just before its sample exits).
 STOP_WATCH_AFTER = 0.05
 REAP_BUDGET = 5.0  # seconds of SIGKILLs before a worker is given up as unclean
+# After a judged sample, its zygote waits until the judge is done with it (the
+# judge closes a pipe) before it reports and forks the next sample, so that no
+# sample's clock runs while the judge is busy with the one before. The wait is
+# bounded: a judge stops its own work after twice its timeout (the sample's
+# timeout times WALL_FACTOR, plus a grace), and a judge that never answers is
+# replaced by the parent.
+JUDGE_WAIT_FACTOR = 2 * WALL_FACTOR
+JUDGE_WAIT_GRACE = 8.0
+
+
+def judge_wait(timeout: float) -> float:
+    """The longest wait for a judge to be done with a sample of ``timeout`` seconds."""
+    return timeout * JUDGE_WAIT_FACTOR + JUDGE_WAIT_GRACE
+
+
+def wait_for_hangup(fd: int, seconds: float) -> bool:
+    """Wait until every writer of the pipe ``fd`` has closed it; False after ``seconds``."""
+    poller = select.poll()
+    poller.register(fd, select.POLLIN)
+    end = time.monotonic() + seconds
+    while True:
+        remaining = end - time.monotonic()
+        if remaining <= 0:
+            return False
+        for _, events in poller.poll(max(1, int(remaining * 1000))):
+            if events & (select.POLLHUP | select.POLLERR):
+                return True
+            if events & select.POLLIN and not os.read(fd, 4096):
+                return True
 
 
 class Capture:

@@ -27,6 +27,14 @@ from collections.abc import Callable
 from typing import Any
 
 MAX_DEPTH = 200
+# The most items of one set, frozenset or dict (keys) that may share a hash
+# value. Building a hash table costs time linear in its size unless many
+# items share a hash: then each insertion compares with all of them, and the
+# whole costs quadratic time (ints differing by a multiple of 2**61 - 1 all
+# hash alike). Honest values almost never share a hash at all; with this
+# bound, rebuilding any received value costs at most this factor more than
+# its size, so decoding a frame stays linear in its length.
+MAX_SHARED_HASH = 32
 _HEADER = struct.Struct(">I")
 
 
@@ -263,11 +271,13 @@ class _Rebuilder:
         if tag == "t":
             return tuple(payload)
         if tag == "s" or tag == "f":
+            check_hashes(payload)
             rebuilt = rebuild_set(payload)
             return rebuilt if tag == "s" else frozenset(rebuilt)
         if tag == "d":
             if len(payload) % 2:
                 raise ProtocolError("dict with an odd number of items")
+            check_hashes(payload[0::2])
             return dict(zip(payload[0::2], payload[1::2], strict=True))
         if tag in ("b", "y") and type(payload) is str:
             try:
@@ -282,6 +292,25 @@ class _Rebuilder:
                 raise ProtocolError("references are not accepted here")
             return self._resolve_ref(payload[0], payload[1])
         raise ProtocolError(f"unknown value tag {tag!r}")
+
+
+def check_hashes(items: list[Any]) -> None:
+    """Refuse items that would make a hash table quadratic to build (see MAX_SHARED_HASH).
+
+    Sorting the hash values (plain ints) costs O(n log n) whatever they are;
+    an unhashable item raises TypeError, which the decoder reports.
+    """
+    if len(items) <= MAX_SHARED_HASH:
+        return
+    hashes = sorted(map(hash, items))
+    run = 1
+    for index in range(1, len(hashes)):
+        run = run + 1 if hashes[index] == hashes[index - 1] else 1
+        if run > MAX_SHARED_HASH:
+            raise ProtocolError(
+                f"a set or dict of {len(items)} items, more than {MAX_SHARED_HASH} of which "
+                "share one hash value (rebuilding it would take quadratic time)"
+            )
 
 
 def rebuild_set(items: list[Any]) -> set[Any]:

@@ -277,8 +277,6 @@ class Zygote:
                 reply = judge.judge(message, fds)
             elif op == "test":
                 reply = judge.add_test(message)
-            elif op == "plan":
-                reply = judge.add_plan(message)
             else:
                 os._exit(0)
             send(self.ctl, reply)
