@@ -20,6 +20,7 @@ from evalsweep.compute._base import (
     run_arguments,
 )
 from evalsweep.compute._catalog import Offer, Quote, load_offers, quote
+from evalsweep.compute._code_eval_run import CodeEvalRun, code_eval
 from evalsweep.compute._cost import SpendMeter
 from evalsweep.compute._execute import run_on_target
 from evalsweep.compute._ray import RayTarget
@@ -33,6 +34,7 @@ from evalsweep.compute._transfer import MAX_PIECE_BYTES, Piece, export_pieces, i
 __all__ = [
     "MAX_PIECE_BYTES",
     "AuditedCall",
+    "CodeEvalRun",
     "CommandResult",
     "CommandRunner",
     "LifecycleTarget",
@@ -49,6 +51,7 @@ __all__ = [
     "Target",
     "TargetInfo",
     "TargetRun",
+    "code_eval",
     "export_pieces",
     "get_target",
     "import_piece",
