@@ -308,6 +308,8 @@ class DistributedJudge:
                 if kind == "ended" and not piece.remaining():
                     continue
                 reason = value if kind == "died" else "the worker ended before its last verdict"
+                if not piece.remaining():  # it died after its last verdict: nothing to redo
+                    continue
                 deaths += 1
                 self.retried[reason] += 1
                 failed_on[piece.number].add(attempt.transport)
