@@ -166,16 +166,16 @@ def test_slices_on_an_ssh_host_give_the_local_run_byte_for_byte(
     assert ran.result.counts == local.result.counts  # type: ignore[attr-defined]
     record = ran.record
     assert record["path"] == "distributed" and record["targets"] == ["box"]
-    assert record["slices"] == 5 and record["slices_retried"] == 0  # 22 samples, 5 a slice
-    assert sum("code-eval-slice" in text for text in audited) == 6  # 5 slices and the probe
+    assert record["slices"] == 4 and record["slices_retried"] == 0  # 20 samples, 5 a slice
+    assert sum("code-eval-slice" in text for text in audited) == 5  # 4 slices and the probe
     worker = record["workers"][0]
     assert worker["versions"]["python"] and worker["versions"]["evalsweep"]
     assert "seccomp" in worker["sandbox"]["active"] and record["sandbox_differs_on"] == []
     usage = ran.as_dict()["usage"]
-    assert usage["samples"] == 22 and usage["billing_units"] == 5
+    assert usage["samples"] == 20 and usage["billing_units"] == 4
     assert usage["cpu_seconds"] > 0 and usage["peak_memory_mb"] > 0
     # Each slice's worker is billed at least the 60-second minimum.
-    assert usage["cost"] >= 5 * 60 * 0.00001
+    assert usage["cost"] >= 4 * 60 * 0.00001
     assert usage["tariff"]["name"] == "test" and usage["per_1000_samples"]["cost"] > 0
 
 
@@ -216,7 +216,7 @@ def test_a_worker_killed_mid_slice_costs_a_retry_not_a_verdict(
     assert record["slices"] == 2 and record["slices_retried"] == 1
     assert record["retried_because"] == {"ssh session ended (remote worker killed)": 1}
     assert record["samples_judged_alone_as_error"] == 0
-    assert ran.result.run.samples_run == 22
+    assert ran.result.run.samples_run == 20
 
 
 # A sample that finds the slice worker judging it (its own ancestor) and kills it.
@@ -250,7 +250,7 @@ def test_a_sample_that_keeps_killing_its_worker_is_judged_error_alone(
     store.close()
     local_rows = (tmp_path / "local.jsonl").read_text().splitlines()
     remote_rows = (tmp_path / "results.jsonl").read_text().splitlines()
-    assert len(local_rows) == len(remote_rows) == 23
+    assert len(local_rows) == len(remote_rows) == 21
     assert remote_rows[:-1] == local_rows[:-1]  # every other sample: the local verdict
     last = json.loads(remote_rows[-1])
     assert last["verdict"] == "error" and last["reason"] == "worker killed"
@@ -276,7 +276,7 @@ def test_an_interrupted_distributed_run_resumes_from_its_verdicts(
     assert len(partial.read_text().splitlines()) == 1 + 6  # header and six verdicts
     ran, store = _run_box(sshd, tmp_path, samples, slice_samples=6, workers=1)
     store.close()
-    assert ran.result.run.samples_resumed == 6 and ran.result.run.samples_run == 16
+    assert ran.result.run.samples_resumed == 6 and ran.result.run.samples_run == 14
     assert (tmp_path / "results.jsonl").read_bytes() == local_path.read_bytes()
 
 

@@ -79,8 +79,16 @@ class SliceTransport(Protocol):
         """CPUs one slice's worker holds (for the cost)."""
         ...
 
-    def run_slice(self, payload: bytes, label: str, on_line: OnLine) -> None:
+    def audit_begin(self, label: str, payload: bytes) -> int:
+        """Record in the audit log that a slice is sent (called from the run's own thread)."""
+        ...
+
+    def run_slice(
+        self, payload: bytes, label: str, on_line: OnLine, outcome: dict[str, int]
+    ) -> None:
         """Judge one slice message, passing each stdout line of the worker to ``on_line``.
+
+        Runs in a thread of its own; ``outcome`` gets ``exit_code`` and ``output_bytes``.
 
         Raises:
             SliceDied: the worker ended early (the caller retries what is left).
@@ -101,6 +109,8 @@ class _Attempt:
     started: float = field(default_factory=time.monotonic)
     facts: dict[str, Any] | None = None
     usage: dict[str, Any] | None = None
+    audit: int | None = None
+    outcome: dict[str, int] = field(default_factory=dict)
 
 
 class DistributedJudge:
@@ -172,12 +182,17 @@ class DistributedJudge:
             self.setups.append({"target": transport.name, **setup})
             attempt = _Attempt(Slice(-1, []), index, f"{transport.name} probe")
             events: list[str] = []
+            payload = encode_slice([], self._options())
+            entry = transport.audit_begin(attempt.label, payload)
             try:
-                transport.run_slice(encode_slice([], self._options()), attempt.label, events.append)
+                transport.run_slice(payload, attempt.label, events.append, attempt.outcome)
             except SliceDied as died:
                 raise TargetError(
                     f"target {transport.name}: the sandbox probe ended early ({died.reason})"
                 ) from None
+            finally:
+                outcome = attempt.outcome
+                self._audit_end(transport, entry, outcome)
             for line in events:
                 kind, value = parse_line(line)
                 if kind == "start":
@@ -202,6 +217,12 @@ class DistributedJudge:
             "slices_per_host": self.slices_per_host,
             "unsafe_no_sandbox": self.unsafe,
         }
+
+    @staticmethod
+    def _audit_end(transport: SliceTransport, entry: int, outcome: dict[str, int]) -> None:
+        runner = getattr(transport, "runner", None)
+        if runner is not None:
+            runner.end(entry, outcome.get("exit_code", -1), outcome.get("output_bytes", 0))
 
     # -- judging ------------------------------------------------------------------------------
 
@@ -261,6 +282,7 @@ class DistributedJudge:
             next_id += 1
             label = f"slice {piece.number + 1} ({len(items)} samples, try {piece.deaths + 1})"
             attempt = _Attempt(piece, index, label)
+            attempt.audit = transport.audit_begin(label, payload)
             running[attempt_id] = attempt
             busy[index] += 1
             self.attempts += 1
@@ -268,7 +290,10 @@ class DistributedJudge:
             def work() -> None:
                 try:
                     transport.run_slice(
-                        payload, label, lambda line: events.put(("line", attempt_id, line))
+                        payload,
+                        label,
+                        lambda line: events.put(("line", attempt_id, line)),
+                        attempt.outcome,
                     )
                 except SliceDied as died:
                     events.put(("died", attempt_id, died.reason))
@@ -302,6 +327,9 @@ class DistributedJudge:
                     continue
                 del running[attempt_id]
                 busy[attempt.transport] -= 1
+                if attempt.audit is not None:
+                    self._audit_end(self.transports[attempt.transport], attempt.audit,
+                                    attempt.outcome)  # fmt: skip
                 self._bill(attempt)
                 if kind == "fatal":
                     raise value

@@ -181,8 +181,20 @@ class SSHSlices:
     def target_cpus(self) -> int:
         return self._cpus
 
-    def run_slice(self, payload: bytes, label: str, on_line: Callable[[str], None]) -> None:
-        argv = self.target.ssh_argv(self.target._evalsweep(["code-eval-slice"]))
+    def _argv(self) -> list[str]:
+        return self.target.ssh_argv(self.target._evalsweep(["code-eval-slice"]))
+
+    def audit_begin(self, label: str, payload: bytes) -> int:
+        return self.runner.begin(
+            "command",
+            shlex.join(self._argv()),
+            detail={"job": "code-eval slice", "slice": label, "bytes": len(payload)},
+        )
+
+    def run_slice(
+        self, payload: bytes, label: str, on_line: Callable[[str], None], outcome: dict[str, int]
+    ) -> None:
+        argv = self._argv()
 
         def seen(line: str) -> None:
             if line.startswith('{"start"') and not self._cpus:
@@ -192,16 +204,8 @@ class SSHSlices:
                     self._cpus = int(json.loads(line)["start"].get("cpus", 0))
             on_line(line)
 
-        entry = self.runner.begin(
-            "command",
-            shlex.join(argv),
-            detail={"job": "code-eval slice", "slice": label, "bytes": len(payload)},
-        )
-        code, stderr, produced = -1, b"", 0
-        try:
-            code, stderr, produced = stream_process(argv, payload, seen, self._live.tracker())
-        finally:
-            self.runner.end(entry, code, produced + len(stderr))
+        code, stderr, produced = stream_process(argv, payload, seen, self._live.tracker())
+        outcome.update(exit_code=code, output_bytes=produced + len(stderr))
         if code == 0:
             return
         messages = _ssh_messages_of(stderr)
@@ -314,16 +318,21 @@ class RaySlices:
     def vcpus_per_slice(self) -> float:
         return float(self.target.num_cpus)
 
-    def run_slice(self, payload: bytes, label: str, on_line: Callable[[str], None]) -> None:
+    def audit_begin(self, label: str, payload: bytes) -> int:
+        return self.runner.begin(
+            "submit",
+            f"ray task code_eval_slice({label}, {len(payload)} bytes)",
+            detail={"address": self.target.address, "num_cpus": self.target.num_cpus},
+        )
+
+    def run_slice(
+        self, payload: bytes, label: str, on_line: Callable[[str], None], outcome: dict[str, int]
+    ) -> None:
         import ray
         from ray import exceptions as ray_errors
 
-        entry = self.runner.begin(
-            "submit",
-            f"ray task code_eval_slice({label})",
-            detail={"address": self.target.address, "num_cpus": self.target.num_cpus},
-        )
         code, produced = -1, 0
+        stderr = b""
         generator = self._remote.remote(payload)
         with self._lock:
             self._refs.add(generator)
@@ -352,7 +361,7 @@ class RaySlices:
         finally:
             with self._lock:
                 self._refs.discard(generator)
-            self.runner.end(entry, code, produced)
+            outcome.update(exit_code=code, output_bytes=produced)
         if code == 0:
             return
         if code == NO_SANDBOX_EXIT:
