@@ -15,7 +15,6 @@ import os
 import secrets
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -71,7 +70,7 @@ def ray_head(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Head]:
 
 
 def _env(tmp_path: Path, head: Head, secret: str | None) -> dict[str, str]:
-    """A CLI environment whose configuration names the cluster (and the secret holding its token)."""
+    """A CLI environment whose configuration names the cluster (and the secret with its token)."""
     config = tmp_path / "config.toml"
     text = f'[targets.cluster]\nkind = "ray"\naddress = "{head.address}"\nnum_cpus = 1\n'
     if secret:
