@@ -357,3 +357,51 @@ def test_ssh_target_class_is_what_code_eval_uses() -> None:
     assert isinstance(make_transport(target, None, 2), SSHSlices)  # type: ignore[arg-type]
     with pytest.raises(TargetError, match="cannot judge code samples"):
         make_transport(SkyPilotTarget(name="cloud"), None, 2)  # type: ignore[arg-type]
+
+
+def test_secrets_reach_the_remote_run_by_name_and_nothing_records_their_value(
+    sshd: Sshd, tmp_path: Path, gpt2_a: Path, data_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from evalsweep.agent import SecretBox
+    from evalsweep.compute import SweepJob, run_arguments, run_on_target
+    from evalsweep.engine import SilentProgress, SweepSpec
+
+    monkeypatch.setenv("EVALSWEEP_CONFIG", str(tmp_path / "config.toml"))
+    value = "hf_" + os.urandom(12).hex()
+    SecretBox().set("HF_TOKEN", value)
+    target = SSHTarget(
+        name="box", host=f"{sshd.user}@127.0.0.1", port=sshd.port,
+        identity_file=str(sshd.key), known_hosts=str(sshd.known_hosts), python=sys.executable,
+        workdir=str(tmp_path / "remote"), secrets=["HF_TOKEN"],
+        env={"PYTHONPATH": SRC, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"},
+    )  # fmt: skip
+    options = {"data_dir": str(data_dir), "limit": 2}
+    spec = SweepSpec([str(gpt2_a)], ["mmlu_abstract_algebra"], str(data_dir), limit=2)
+    job = SweepJob(spec, run_arguments([str(gpt2_a)], "mmlu_abstract_algebra", options))
+    with Store(tmp_path / "store.sqlite") as store:
+        document, _ = run_on_target(target, job, store, SilentProgress())
+        audit = json.dumps(store.audit_entries(target="box"))
+    assert document["secrets_received"] == ["HF_TOKEN"]  # the remote run had it
+    assert document["compute"]["secrets"] == ["HF_TOKEN"]
+    assert value not in json.dumps(document) and value not in audit
+    assert value not in (tmp_path / "store.sqlite").read_bytes().decode("latin-1")
+
+
+def test_samples_never_see_the_workers_environment(sshd: Sshd, tmp_path: Path) -> None:
+    """A variable set for the remote worker (as a secret would be) is not in any sample's."""
+    rows = [json.loads(line) for line in PROBLEMS.read_text().splitlines()]
+    probe = "    import os\n    assert 'EVALSWEEP_PROBE' not in os.environ\n"
+    samples = tmp_path / "samples.jsonl"
+    samples.write_text(
+        json.dumps(
+            {"task_id": rows[0]["task_id"], "completion": probe + rows[0]["canonical_solution"]}
+        )
+        + "\n"
+    )
+    config = _config(sshd, tmp_path)
+    config["targets"]["box"]["env"]["EVALSWEEP_PROBE"] = "visible"  # type: ignore[index]
+    with Store(tmp_path / "store.sqlite") as store:
+        ran = code_eval(
+            PROBLEMS, samples, targets=["box"], ks=(1,), config=config, store=store, workers=1
+        )
+    assert ran.result.counts["passed"] == 1

@@ -187,6 +187,9 @@ def main() -> None:
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the result document as JSON.")
 @click.option("--progress-lines", is_flag=True, hidden=True, help="Progress as JSON lines.")
+@click.option(
+    "--env-stdin", is_flag=True, hidden=True, help="Read secret environment variables from stdin."
+)
 @click.option("--debug", is_flag=True, help="Show tracebacks.")
 @user_errors
 def run(
@@ -223,6 +226,7 @@ def run(
     target: str,
     as_json: bool,
     progress_lines: bool,
+    env_stdin: bool,
     debug: bool,
 ) -> None:
     """Score CHECKPOINTS (folders, org/name or org/name@revision) on the tasks, side by side."""
@@ -233,6 +237,7 @@ def run(
     from evalsweep.report import RichProgress, write_outputs
     from evalsweep.store import Store, default_store_path
 
+    received = _environment_from_stdin() if env_stdin else []
     spec = SweepSpec(
         checkpoints=list(checkpoints),
         tasks=[
@@ -268,6 +273,8 @@ def run(
         with bars as shown:
             progress = LineProgress() if progress_lines else shown
             document, result = run_on_target(where, job, results_store, progress, sys.argv)
+    if received:
+        document["secrets_received"] = received  # names only
     if out:
         write_outputs(out, document, result)
     _show(document, as_json, subjects)
@@ -275,6 +282,23 @@ def run(
         _say(f"wrote {out}/results.json and {out}/samples.jsonl", style="dim")
     if fail_on_regression and any(c["verdict"] == "regression" for c in document["comparisons"]):
         sys.exit(3)
+
+
+def _environment_from_stdin() -> list[str]:
+    """Secrets sent by the machine that started this run: a JSON object on stdin, into the
+    environment of this process (model downloads, API calls); returns their names."""
+    from evalsweep.errors import ConfigError
+
+    try:
+        values = json.loads(sys.stdin.readline() or "{}")
+    except ValueError:
+        raise ConfigError("--env-stdin: stdin is not a JSON object of names and values") from None
+    if not isinstance(values, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in values.items()
+    ):
+        raise ConfigError("--env-stdin: stdin is not a JSON object of names and values")
+    os.environ.update(values)
+    return sorted(values)
 
 
 def _show(document: dict[str, Any], as_json: bool, subjects: bool) -> None:
