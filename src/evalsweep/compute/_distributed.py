@@ -307,9 +307,10 @@ class DistributedJudge:
 
         try:
             while waiting or running:
-                waiting.sort(key=lambda piece: -self._expected(piece))
-                while waiting and launch(waiting[0]):
-                    waiting.pop(0)
+                if waiting and any(busy[i] < t.slots() for i, t in enumerate(self.transports)):
+                    waiting.sort(key=lambda piece: -self._expected(piece))
+                    while waiting and launch(waiting[0]):
+                        waiting.pop(0)
                 kind, attempt_id, value = events.get()
                 attempt = running[attempt_id]
                 piece = attempt.slice
@@ -317,7 +318,7 @@ class DistributedJudge:
                     what, data = parse_line(value)
                     if what == "verdict":
                         position, result = data
-                        if any(position == p for p, _ in piece.items):
+                        if position in piece.positions():
                             deliver(position, result, piece)
                     elif what == "start":
                         attempt.facts = data

@@ -41,6 +41,14 @@ class Slice:
     lineage: str = ""
     done: set[int] = field(default_factory=set)
 
+    def positions(self) -> frozenset[int]:
+        """Positions of the samples this slice carries (cached until its items change)."""
+        cached = getattr(self, "_positions", None)
+        if cached is None or cached[0] is not self.items:
+            cached = (self.items, frozenset(position for position, _ in self.items))
+            self._positions = cached
+        return cached[1]
+
     def remaining(self) -> list[tuple[int, ExecutionRequest]]:
         return [item for item in self.items if item[0] not in self.done]
 
