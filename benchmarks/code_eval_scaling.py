@@ -163,6 +163,9 @@ def main() -> None:
     parser.add_argument("--vcpu-second", type=float, default=0.000014)
     parser.add_argument("--gb-second", type=float, default=0.0000045)
     parser.add_argument("--minimum-seconds", type=float, default=60.0)
+    parser.add_argument(
+        "--local-only", action="store_true", help="only the local run: usage and cost per 1,000"
+    )
     parser.add_argument("--write", action="store_true", help="append to benchmarks/RESULTS.md")
     args = parser.parse_args()
     import ray
@@ -182,6 +185,14 @@ def main() -> None:
                 (work / name).mkdir(exist_ok=True)
             runs["local"] = run_files(files, work / "local", ["local"], {}, tariff)
             print(label, "local", runs["local"], flush=True)
+            if args.local_only:
+                local, n = runs["local"], runs["local"]["samples"]
+                lines.append(
+                    f"| {label} | {n} | - | - | - | - | - | "
+                    f"{local['cpu'] * 1000 / n:.1f} CPU s, {local['wall'] * 1000 / n:.1f} s wall, "
+                    f"peak {local['peak']:.0f} MB, **{local['cost'] * 1000 / n:.5f} USD** | - |"
+                )
+                continue
             for name, cpus, kill in (("one", 1, None), ("two", 2, None), ("killed", 2, 0.25)):
                 _start_ray(cpus)
                 try:
@@ -208,6 +219,7 @@ def main() -> None:
         f"\n## Distributed code-eval: local Ray cluster, one and two workers "
         f"({datetime.now(UTC):%Y-%m-%d %H:%M} UTC)\n\n"
         f"`python benchmarks/code_eval_scaling.py --workloads {args.workloads}"
+        f"{' --local-only' if args.local_only else ''}"
         f"{' --files ' + str(args.files) if args.files else ''}`; "
         f"tariff (illustrative): {tariff.vcpu_second:g} USD/vCPU-s, {tariff.gb_second:g} USD/GB-s, "
         f"minimum {tariff.minimum_seconds:g} s per billing unit (local: this machine; Ray: each "
