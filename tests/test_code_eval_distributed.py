@@ -177,6 +177,10 @@ def test_slices_on_an_ssh_host_give_the_local_run_byte_for_byte(
     # Each slice's worker is billed at least the 60-second minimum.
     assert usage["cost"] >= 4 * 60 * 0.00001
     assert usage["tariff"]["name"] == "test" and usage["per_1000_samples"]["cost"] > 0
+    # The record travels with the results: tariff, workers' versions and sandbox layers.
+    kept = json.loads((tmp_path / "results.jsonl.run.json").read_text())
+    assert kept["usage"] == usage and kept["execution"]["workers"] == record["workers"]
+    assert kept["execution"]["tariff"]["vcpu_second"] == 0.00001
 
 
 def _slice_workers() -> list[int]:

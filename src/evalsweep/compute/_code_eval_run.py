@@ -5,7 +5,8 @@ checks, the streamed ``.partial`` file, resume, the results file and pass@k
 are one piece of code); a distributed run only hands it a
 :class:`DistributedJudge` instead of a local sandbox service. The record says
 which path served, the usage (CPU seconds, peak memory, wall time, per 1,000
-samples) and, with a tariff from the configuration, the cost.
+samples) and, with a tariff from the configuration, the cost; it is written beside
+the results file as ``<results>.run.json``.
 """
 
 from __future__ import annotations
@@ -125,7 +126,7 @@ def code_eval(
                          "sandbox": {"active": list(result.run.sandbox.active),
                                      "missing": list(result.run.sandbox.missing)}}],
         }  # fmt: skip
-        return CodeEvalRun(result, {**record, "tariff": _tariff(tariff)}, cost)
+        return _recorded(CodeEvalRun(result, {**record, "tariff": _tariff(tariff)}, cost))
     if "local" in names:
         from evalsweep.errors import TargetError
 
@@ -156,7 +157,7 @@ def code_eval(
             judge.close()
     cost = judge.cost(result.run.samples_run, meter.wall_seconds, tariff)
     record = {**judge.record(), "coordinator": meter.as_dict(), "tariff": _tariff(tariff)}
-    return CodeEvalRun(result, record, cost)
+    return _recorded(CodeEvalRun(result, record, cost))
 
 
 class _MeteredService:
@@ -187,6 +188,23 @@ class _MeteredService:
                 on_result(index, result)
 
         return self._service.run_many(requests, counted)
+
+
+def record_path(results_path: str | Path) -> Path:
+    """Where a run's record is kept: beside its results file, ``<results>.run.json``."""
+    return Path(f"{results_path}.run.json")
+
+
+def _recorded(run: CodeEvalRun) -> CodeEvalRun:
+    """Write the run's record (what ``--json`` prints) beside the results, whole or not at all."""
+    import json
+    import os
+
+    path = record_path(run.result.results_path)
+    temporary = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    temporary.write_text(json.dumps(run.as_dict(), indent=2, default=str) + "\n")
+    os.replace(temporary, path)
+    return run
 
 
 def _tariff(tariff: Tariff | None) -> dict[str, Any] | None:

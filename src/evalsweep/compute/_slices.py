@@ -40,10 +40,13 @@ class Slice:
     expected: float = 0.0
     lineage: str = ""
     done: set[int] = field(default_factory=set)
+    _positions: tuple[object, frozenset[int]] | None = field(
+        default=None, init=False, repr=False, compare=False
+    )
 
     def positions(self) -> frozenset[int]:
         """Positions of the samples this slice carries (cached until its items change)."""
-        cached = getattr(self, "_positions", None)
+        cached = self._positions
         if cached is None or cached[0] is not self.items:
             cached = (self.items, frozenset(position for position, _ in self.items))
             self._positions = cached
