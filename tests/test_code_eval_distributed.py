@@ -409,3 +409,24 @@ def test_samples_never_see_the_workers_environment(sshd: Sshd, tmp_path: Path) -
             PROBLEMS, samples, targets=["box"], ks=(1,), config=config, store=store, workers=1
         )
     assert ran.result.counts["passed"] == 1
+
+
+def test_the_command_names_where_samples_were_judged_and_what_it_used(
+    sshd: Sshd, tmp_path: Path, local_results: tuple[Path, Path, object]
+) -> None:
+    samples, local_path, _ = local_results
+    _config(sshd, tmp_path, "[tariff]\nvcpu_second = 0.00002\nminimum_seconds = 60\n")
+    env = {**os.environ, "PYTHONPATH": SRC, "EVALSWEEP_CONFIG": str(tmp_path / "config.toml"),
+           "COLUMNS": "200"}  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-m", "evalsweep", "code-eval", "--problems", str(PROBLEMS),
+         "--samples", str(samples), "--k", "1,2", "--target", "box", "--workers", "1",
+         "--results", str(tmp_path / "out.jsonl"), "--store", str(tmp_path / "s.sqlite")],
+        capture_output=True, text=True, timeout=600, check=False, env=env,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "out.jsonl").read_bytes() == local_path.read_bytes()
+    out = done.stdout
+    assert "judged on box: 1 slices, 0 retried" in out
+    assert "usage: " in out and "per 1,000 samples" in out and "cost " in out
+    assert "0.00002/vCPU-s" in out and "minimum 60 s per unit" in out
