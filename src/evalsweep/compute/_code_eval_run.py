@@ -15,7 +15,7 @@ import platform
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from evalsweep.compute._distributed import DistributedJudge
 from evalsweep.compute._usage import BillingUnit, RunCost, Tariff, UsageMeter, tariff_from_config
@@ -106,7 +106,7 @@ def code_eval(
             try:
                 result = evaluate_samples_file(
                     problems, samples, ks=ks, timeout=timeout, results_path=results_path,
-                    resume=resume, service=service, progress=progress,
+                    resume=resume, service=_as_service(service), progress=progress,
                 )  # fmt: skip
             finally:
                 service.close()
@@ -151,7 +151,7 @@ def code_eval(
         try:
             result = evaluate_samples_file(
                 problems, samples, ks=ks, timeout=timeout, results_path=results_path,
-                resume=resume, service=judge, progress=progress,
+                resume=resume, service=_as_service(judge), progress=progress,
             )  # fmt: skip
         finally:
             judge.close()
@@ -188,6 +188,12 @@ class _MeteredService:
                 on_result(index, result)
 
         return self._service.run_many(requests, counted)
+
+
+def _as_service(judge: object) -> ExecutionService:
+    """``evaluate_samples_file`` takes anything with the service's ``start``, ``run_many``,
+    ``workers`` and ``close``; its annotation names the local service only."""
+    return cast(ExecutionService, judge)
 
 
 def record_path(results_path: str | Path) -> Path:

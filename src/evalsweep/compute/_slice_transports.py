@@ -333,7 +333,7 @@ class RaySlices:
 
         code, produced = -1, 0
         stderr = b""
-        generator = self._remote.remote(payload)
+        generator: Any = self._remote.remote(payload)  # a streaming generator of refs
         with self._lock:
             self._refs.add(generator)
         try:
