@@ -78,6 +78,10 @@ def test_a_refusal_says_what_is_missing_and_never_the_token() -> None:
     timeout = refusal(ConnectionError("ray client connection timeout"), "ray://h:10001", "none")
     assert timeout is not None and "token authentication" in timeout
     assert refusal(ConnectionError("connection refused"), "h:6379", "none") is None
+    # What Ray 2.60's driver says when a token cluster turns it away, and nothing more.
+    turned_away = refusal(ConnectionError("Failed to connect to Ray cluster at h:6379"),
+                          "h:6379", "none")  # fmt: skip
+    assert turned_away is not None and "give its token" in turned_away
 
 
 def test_a_ray_client_address_without_ray_client_installed_is_named() -> None:

@@ -97,6 +97,15 @@ def refusal(exc: BaseException, address: str, token_source: str) -> str | None:
                 'name an evalsweep secret with auth_token_secret = "NAME" in the target)'
             )
         return f"the Ray cluster at {address} refused the token from {token_source}"
+    if "failed to connect" in lowered and token_source == "none":
+        # Ray's driver says no more than this when the cluster turns it away for want
+        # of a token (the head's log has "Authentication required").
+        return (
+            f"cannot connect to the Ray cluster at {address}; if it uses token "
+            "authentication (on by default for local clusters since Ray 2.59) give its token: "
+            "RAY_AUTH_TOKEN, RAY_AUTH_TOKEN_PATH, ~/.ray/auth_token, or an evalsweep secret "
+            'named by auth_token_secret = "NAME" in the target'
+        )
     if address.startswith("ray://") and "timeout" in lowered and token_source == "none":
         return (
             f"no answer from Ray Client at {address} (a cluster with token authentication, on by "
