@@ -116,8 +116,8 @@ def test_a_cluster_with_token_authentication_refuses_a_command_without_the_token
     assert done.returncode != 0
     lines = done.stderr.strip().splitlines()
     assert "Traceback" not in done.stderr
-    assert len(lines) == 1 and "ray target cluster: cannot connect" in lines[0]
-    assert "token authentication" in lines[0] and "auth_token_secret" in lines[0]
+    assert "ray target cluster: cannot connect" in lines[-1]  # Ray may log warnings above
+    assert "token authentication" in lines[-1] and "auth_token_secret" in lines[-1]
     assert not list(tmp_path.glob("samples.jsonl_results.jsonl*"))
 
 
