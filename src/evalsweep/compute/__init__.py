@@ -20,6 +20,7 @@ from evalsweep.compute._base import (
     run_arguments,
 )
 from evalsweep.compute._catalog import Offer, Quote, load_offers, quote
+from evalsweep.compute._code_eval_run import CodeEvalRun, code_eval
 from evalsweep.compute._cost import SpendMeter
 from evalsweep.compute._execute import run_on_target
 from evalsweep.compute._ray import RayTarget
@@ -43,6 +44,7 @@ __all__ = [
     "MANIFEST",
     "MAX_PIECE_BYTES",
     "AuditedCall",
+    "CodeEvalRun",
     "CommandResult",
     "CommandRunner",
     "LifecycleTarget",
@@ -60,6 +62,7 @@ __all__ = [
     "Target",
     "TargetInfo",
     "TargetRun",
+    "code_eval",
     "export_pieces",
     "get_target",
     "import_piece",

@@ -43,6 +43,9 @@ class RayTarget:
         hourly_rate: what the cluster costs per hour.
         runtime_env: Ray runtime environment for the workers (the setup step: e.g.
             ``{"pip": ["evalsweep==0.1.0"]}``).
+        auth_token_secret: the evalsweep secret holding the cluster's token, for a
+            cluster with token authentication (default: Ray's own conventions,
+            ``RAY_AUTH_TOKEN``, ``RAY_AUTH_TOKEN_PATH``, ``~/.ray/auth_token``).
     """
 
     name: str
@@ -55,6 +58,7 @@ class RayTarget:
     currency: str = "USD"
     hardware: str = "Ray cluster"
     runtime_env: dict[str, Any] = field(default_factory=dict)
+    auth_token_secret: str | None = None
     kind: str = "ray"
 
     def info(self) -> TargetInfo:
@@ -173,17 +177,33 @@ class RayTarget:
     def _connect(self, runner: CommandRunner) -> dict[str, Any]:
         import ray
 
+        from evalsweep.compute import _ray_auth
+
+        source = "none"
         if not ray.is_initialized():
+            missing = _ray_auth.ray_client_missing(self.address)
+            if missing:
+                raise TargetError(f"ray target {self.name}: {missing}")
+            token, source = (None, "none")
+            if self.address not in ("local",):
+                token, source = _ray_auth.find_token(self.auth_token_secret)
             text = "ray.init(local)" if self.address == "local" else f"ray.init({self.address!r})"
+            detail = {"runtime_env": self.runtime_env, "auth": source}
             try:
-                with runner.call("connect", text, detail={"runtime_env": self.runtime_env}):
+                with (
+                    runner.call("connect", text, detail=detail),
+                    _ray_auth.TokenEnvironment(token),
+                ):
                     kwargs: dict[str, Any] = {"runtime_env": self.runtime_env or None}
                     if self.address != "local":
                         kwargs["address"] = self.address
+                        kwargs.update(_ray_auth.init_kwargs(self.address, token))
                     ray.init(**kwargs, log_to_driver=False)
-            except (ConnectionError, RuntimeError, ValueError, TimeoutError) as exc:
+            except Exception as exc:  # noqa: BLE001 - Ray raises many kinds; all end here
+                refused = _ray_auth.refusal(exc, self.address, source)
                 raise TargetError(
-                    f"ray target {self.name}: cannot connect to {self.address} ({_last_line(exc)})"
+                    f"ray target {self.name}: "
+                    + (refused or f"cannot connect to {self.address} ({_last_line(exc)})")
                 ) from None
         resources = ray.cluster_resources()  # type: ignore[no-untyped-call]
         return {
@@ -191,6 +211,7 @@ class RayTarget:
             "cpus": resources.get("CPU", 0),
             "gpus": resources.get("GPU", 0),
             "nodes": len([n for n in ray.nodes() if n.get("Alive")]),  # type: ignore[no-untyped-call]
+            "auth": source,
         }
 
 

@@ -22,6 +22,10 @@ machines and says what they cost::
     address = "ray://head.example.org:10001"
     num_gpus = 1
     hourly_rate = 12.0
+    auth_token_secret = "RAY_TOKEN"   # an evalsweep secret (token authentication)
+
+An ssh target's ``secrets = ["HF_TOKEN"]`` names evalsweep secrets its remote
+run gets; ``[tariff]`` (and ``[tariff.NAME]``) prices code-eval runs.
 
 ``--target`` also takes ``ssh://user@host[:port]`` and ``ray://host:port``
 directly, and ``skypilot:GPU`` for a cloud GPU with the defaults.

@@ -105,6 +105,7 @@ class CommandRunner:
         on_line: Callable[[str], None] | None = None,
         detail: dict[str, Any] | None = None,
         env: Mapping[str, str] | None = None,
+        stdin: bytes | None = None,
     ) -> CommandResult:
         """Run ``argv``, capturing stdout; stderr lines are also passed to ``on_line`` live.
 
@@ -115,6 +116,7 @@ class CommandRunner:
             on_line: called with each stderr line as it arrives (progress, logs).
             detail: extra facts recorded with the audit entry.
             env: the command's whole environment (default: this process's).
+            stdin: bytes fed to the command's stdin (never audited: secrets travel here).
 
         Returns:
             The exit code, both outputs and the audit entry's id.
@@ -127,7 +129,7 @@ class CommandRunner:
         try:
             process = subprocess.Popen(
                 list(argv),
-                stdin=subprocess.DEVNULL,
+                stdin=subprocess.DEVNULL if stdin is None else subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
                 env=dict(env) if env is not None else None,
@@ -142,6 +144,8 @@ class CommandRunner:
             threading.Thread(target=_drain, args=(process.stdout, out, None), daemon=True),
             threading.Thread(target=_drain, args=(process.stderr, err, live), daemon=True),
         ]
+        if stdin is not None:
+            readers.append(threading.Thread(target=_feed, args=(process.stdin, stdin), daemon=True))
         for reader in readers:
             reader.start()
         try:
@@ -209,6 +213,16 @@ def _redacted(value: Any, redact: Callable[[str], str]) -> Any:
     if isinstance(value, list | tuple):
         return [_redacted(item, redact) for item in value]
     return value
+
+
+def _feed(pipe: IO[bytes] | None, data: bytes) -> None:
+    if pipe is None:
+        return
+    try:
+        pipe.write(data)
+        pipe.close()
+    except OSError:  # the command ended without reading it
+        pass
 
 
 def _drain(

@@ -66,7 +66,12 @@ class SSHTarget:
             results store and exported pieces.
         setup: shell command that installs evalsweep on the host when the probe does
             not find it (default: ``PYTHON -m pip install evalsweep==<this version>``).
-        env: environment variables set for the remote run (``HF_TOKEN``...).
+        env: environment variables set for the remote run (not secret: they are part
+            of the audited command line).
+        secrets: names of evalsweep secrets (``evalsweep secrets set NAME``) the remote
+            run gets as environment variables (``HF_TOKEN``...): sent on the ssh
+            connection's stdin, never on the command line, and replaced by
+            ``[secret NAME]`` wherever the run's output is shown or recorded.
         data_dir: benchmark data folder on the host (default: what ``--data-dir`` says).
         hourly_rate: what the host costs per hour (0 when already paid for).
         minimum_seconds: the provider's minimum billed time.
@@ -83,6 +88,7 @@ class SSHTarget:
     workdir: str = ".evalsweep-remote"
     setup: str | None = None
     env: dict[str, str] = field(default_factory=dict)
+    secrets: list[str] = field(default_factory=list)
     data_dir: str | None = None
     hourly_rate: float = 0.0
     minimum_seconds: int = 0
@@ -182,7 +188,9 @@ class SSHTarget:
     # -- the sweep --------------------------------------------------------------------------
 
     def run(self, job: SweepJob, store: Store, progress: Progress) -> TargetRun:
-        runner = CommandRunner(store, self.name)
+        values = secret_values(self.secrets)
+        runner = CommandRunner(store, self.name, redact=_redactor(values))
+        self._secret_values = values
         meter = SpendMeter(self.hourly_rate, self.minimum_seconds, self.currency)
         meter.start()
         try:
@@ -198,6 +206,7 @@ class SSHTarget:
         tasks = [get_task(t).name if isinstance(t, str) else t.name for t in job.spec.tasks]
         result = stored_sweep(store, references, tasks, job.spec.num_fewshot)
         compute = {**self.info().as_dict(), "setup": setup, "spend": meter.as_dict()}
+        compute["secrets"] = sorted(self.secrets)  # names only, never values
         return TargetRun(result, compute, document)
 
     def _run_remote(self, job: SweepJob, runner: CommandRunner, progress: Progress) -> Any:
@@ -205,16 +214,21 @@ class SSHTarget:
         args = list(job.run_args)
         if self.data_dir:
             args = _replace_option(args, "--data-dir", self.data_dir)
+        values = getattr(self, "_secret_values", {})
+        extra = ["--env-stdin"] if values else []
         command = (
             shlex.join(["mkdir", "-p", self.workdir])
             + " && "
-            + self._evalsweep(["run", *args, "--store", store_path, "--json", "--progress-lines"])
+            + self._evalsweep(
+                ["run", *args, "--store", store_path, "--json", "--progress-lines", *extra]
+            )
         )
         ran = runner.run(
             self.ssh_argv(command),
             kind="command",
             on_line=lambda line: relay(line, progress, f"{self.name}: "),
-            detail={"job": "sweep"},
+            detail={"job": "sweep", "secrets": sorted(values)},
+            stdin=json.dumps(values).encode() + b"\n" if values else None,
         )
         if ran.exit_code not in (0, 3):  # 3: a regression verdict with --fail-on-regression
             pulled = self._pull_quietly(job, runner, progress, store_path)
@@ -334,6 +348,36 @@ class _SpendNotes:
 def _kept(done: int) -> str:
     """What a failed pull has already written to the local store."""
     return f"; the rows of the {done} pieces before it are in the local store" if done else ""
+
+
+def secret_values(names: Sequence[str]) -> dict[str, str]:
+    """The values of the named evalsweep secrets (a clear error for a name not stored)."""
+    if not names:
+        return {}
+    from evalsweep.agent._secrets import SecretBox
+    from evalsweep.errors import ConfigError
+
+    box = SecretBox()
+    stored = box.environment()
+    missing = [name for name in names if name not in stored]
+    if missing:
+        raise ConfigError(
+            f"no evalsweep secret named {', '.join(missing)} "
+            f"(store it with: evalsweep secrets set {missing[0]})"
+        )
+    return {name: stored[name] for name in names}
+
+
+def _redactor(values: dict[str, str]) -> Any:
+    if not values:
+        return None
+
+    def redact(text: str) -> str:
+        for name, value in sorted(values.items(), key=lambda kv: -len(kv[1])):
+            text = text.replace(value, f"[secret {name}]")
+        return text
+
+    return redact
 
 
 def _replace_option(args: list[str], flag: str, value: str) -> list[str]:

@@ -92,6 +92,22 @@ def check_results_path(path: Path, inputs: Iterable[Path]) -> None:
         raise DataError(f"results path {shown}: {display_path(parent)} is not a directory")
 
 
+def write_beside(path: Path, data: bytes, mode: int = 0o644) -> None:
+    """Write ``path`` whole, by the rule of every file beside the results: created
+    exclusively under a random name (never through a planted link), then renamed
+    into place (a link at ``path`` itself is replaced, not followed)."""
+    with ResultFiles(path, "", lambda _message: None) as files:
+        handle, temporary = files._create(path.name, mode)
+        try:
+            with os.fdopen(handle, "wb") as out:
+                out.write(data)
+            os.rename(temporary, files.name, src_dir_fd=files._dir, dst_dir_fd=files._dir)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(temporary, dir_fd=files._dir)
+            raise
+
+
 class ResultFiles:
     """``<results>`` and ``<results>.partial`` in one directory opened once."""
 
