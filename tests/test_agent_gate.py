@@ -107,9 +107,12 @@ def sweep_args(*checkpoints: Path, limit: int = 2) -> dict[str, Any]:
 @pytest.mark.anyio
 async def test_start_without_a_quote_is_refused(agent_env: Path, store_path: Path) -> None:
     async with Client(build_server(store_path, config={})) as client:
-        text = error_text(await client.call_tool("start_sweep", {"quote_id": "q-made-up"}))
-    assert "no quote 'q-made-up'" in text
-    assert any("q-made-up" in t for t in audit_texts(store_path, "refusal"))
+        text = error_text(await client.call_tool("start_sweep", {"quote_id": "q-0123456789"}))
+        made_up = error_text(await client.call_tool("start_sweep", {"quote_id": "q-made-up"}))
+    assert "no quote 'q-0123456789'" in text
+    assert made_up == "start_sweep: quote_id is not a quote id (as returned by evalsweep)"
+    refusals = audit_texts(store_path, "refusal")
+    assert any("q-0123456789" in t for t in refusals) and len(refusals) == 2
 
 
 @pytest.mark.anyio
@@ -135,7 +138,7 @@ async def test_changed_quote_parameter_is_refused(
         quote = result(await client.call_tool("quote_sweep", sweep_args(copy)))
         restated = {"quote_id": quote["quote_id"], "limit": 3}
         text = error_text(await client.call_tool("start_sweep", restated))
-        assert "limit=3 differs from quote" in text
+        assert "limit differs from quote" in text
         # The checkpoint itself changes after the quote: same name, other bytes.
         config = copy / "config.json"
         config.write_text(config.read_text().replace("}", ', "evalsweep_edit": 1}', 1))
