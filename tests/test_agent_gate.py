@@ -285,14 +285,20 @@ async def test_second_job_refused_when_estimates_cross_the_limit(
 
 
 @pytest.mark.anyio
-async def test_watchdog_stops_concurrent_jobs_before_the_limit(
+async def test_concurrent_jobs_share_the_limit_by_reservation(
     agent_env: Path, store_path: Path, gpt2_a: Path, gpt2_b: Path
 ) -> None:
-    # Estimates near zero let both start; at $1 a second they cross $3 within seconds.
+    # $1 a second, $3 per connection, at most 2 s a job: the first reserves $2, the second
+    # what is left ($1); both are stopped at their deadlines by their supervisors.
     limit = 3.0
     config = {
         "rates": {"local": 3600.0},
-        "limits": {"per_connection_usd": limit, "global_usd": 100.0, "watchdog_interval_s": 0.2},
+        "limits": {
+            "per_connection_usd": limit,
+            "global_usd": 100.0,
+            "watchdog_interval_s": 0.2,
+            "max_job_hours": 2 / 3600,
+        },
         "throughput": {"startup_s": 0.0, "per_checkpoint_s": 0.0, "cpu": 1e12, "cuda": 1e12},
     }
     async with Client(build_server(store_path, config=config)) as client:
@@ -302,18 +308,26 @@ async def test_watchdog_stops_concurrent_jobs_before_the_limit(
         ]
         for quote in quotes:
             assert approve_in_terminal(store_path, quote["quote_id"])[0] == 0
-        jobs = [
-            result(await client.call_tool("start_sweep", {"quote_id": q["quote_id"]}))["job_id"]
+        started = [
+            result(await client.call_tool("start_sweep", {"quote_id": q["quote_id"]}))
             for q in quotes
         ]
-        ended = [await wait_for_end(client, job, timeout=60) for job in jobs]
+        during = result(await client.call_tool("spend", {}))
+        ended = [await wait_for_end(client, s["job_id"], timeout=60) for s in started]
         spent = result(await client.call_tool("spend", {}))
+    assert [s["reserved_usd"] for s in started] == [
+        pytest.approx(2.0),
+        pytest.approx(1.0, abs=0.02),
+    ]
+    assert during["connection_spent_usd"] + during["connection_reserved_usd"] == pytest.approx(
+        limit, abs=0.02
+    )
+    assert during["left_usd"] == pytest.approx(0.0, abs=0.02)
     assert [e["status"] for e in ended] == ["stopped", "stopped"]
-    # The watchdog stops them (a job's own budget deadline may also fire on a starved machine).
-    assert any("spend limit" in e["reason"] for e in ended), ended
-    assert all("spend limit" in e["reason"] or "deadline" in e["reason"] for e in ended)
-    # One watchdog tick of both jobs is the most it can overshoot by on a busy machine.
-    assert spent["connection_spent_usd"] <= limit + 2 * 2 * 0.2
+    assert all("deadline" in e["reason"] for e in ended), ended
+    assert all(e["spend_usd"] <= e["reserved_usd"] + 1.0 for e in ended), ended
+    assert spent["connection_spent_usd"] <= limit + 1.0  # a second of billing
+    assert spent["connection_reserved_usd"] == 0
     assert spent["connection_spent_usd"] == pytest.approx(sum(e["spend_usd"] for e in ended))
     with sqlite3.connect(store_path) as conn:
         pids = [r[0] for r in conn.execute("SELECT pid FROM agent_jobs")]

@@ -400,21 +400,22 @@ class Jobs:
         return messages
 
     def _over_limit(self) -> tuple[tuple[str, str, str, str, float, float], str] | None:
-        """The newest priced item to stop, when spend would cross a limit before the next tick."""
+        """The newest priced item to stop when what is spent and reserved exceeds a limit.
+
+        Every item's reservation fits the limits when it starts, so this happens only
+        when the person lowered a limit meanwhile, or an item ran past its reservation.
+        """
         s = self.settings
-        ahead = 1.5 * s.watchdog_interval_s / 3600.0
-        since = time.time() - s.global_window_days * 86400
+        now = time.time()
+        since = now - s.global_window_days * 86400
         priced = [i for i in ledger.open_items(self.store) if i[4] > 0]
         if not priced:
             return None
-        projected = ledger.spent(self.store, since=since)
-        if projected + ahead * ledger.running_rate(self.store) > s.global_usd:
+        if ledger.committed(self.store, since=since, now=now) > s.global_usd + 1e-9:
             return priced[0], f"global spend limit (${s.global_usd:.2f})"
         for item in priced:  # newest first
-            conn = item[2]
-            projected = ledger.spent(self.store, connection=conn)
-            if projected + ahead * ledger.running_rate(self.store, connection=conn) > (
-                s.per_connection_usd
+            if ledger.committed(self.store, connection=item[2], now=now) > (
+                s.per_connection_usd + 1e-9
             ):
                 return item, f"per-connection spend limit (${s.per_connection_usd:.2f})"
         return None

@@ -62,7 +62,7 @@ def committed(
         "SELECT COALESCE(SUM(CASE WHEN ended IS NULL THEN MAX(reserved, hourly_rate * "
         "(MAX(?, started) - started) / 3600.0) ELSE hourly_rate * (MAX(ended, started) - "
         "MAX(started, ?)) / 3600.0 END), 0) FROM agent_ledger "
-        "WHERE ended IS NULL OR ended >= ?"
+        "WHERE (ended IS NULL OR ended >= ?)"
     )
     args: list[object] = [now, floor, floor]
     if connection is not None:
@@ -114,10 +114,14 @@ def reserve(
                 )
             free = left(store, limits, connection, now)
             if free < max(needed_usd, 0.0) or free <= 0:
+                since = now - limits.global_window_days * 86400
+                mine = committed(store, connection=connection, now=now)
+                everyone = committed(store, since=since, now=now)
                 raise BudgetError(
-                    f"refused: the spend limits (${limits.per_connection_usd:.2f} per connection, "
-                    f"${limits.global_usd:.2f} global) leave ${max(free, 0.0):.4f} after what is "
-                    f"spent and reserved; this work is estimated at ${needed_usd:.4f}"
+                    f"refused: the spend limits leave ${max(free, 0.0):.4f} and this work is "
+                    f"estimated at ${needed_usd:.4f}; this connection has spent and reserved "
+                    f"${mine:.4f} of ${limits.per_connection_usd:.2f}, all connections "
+                    f"${everyone:.4f} of ${limits.global_usd:.2f}"
                 )
             seconds = min(seconds, free / hourly_rate * 3600.0)
         reserved = hourly_rate * seconds / 3600.0
