@@ -9,6 +9,7 @@ of them stays within the limits (a second of billing is the tolerance).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -36,7 +37,7 @@ CLIENT = textwrap.dedent(
     from mcp import Client, StdioServerParameters
     from mcp.types import ElicitResult
 
-    store, go, *checkpoints = sys.argv[1:]
+    store, go, TASK, *checkpoints = sys.argv[1:]
 
     async def accept(context, params):
         return ElicitResult(action="accept", content={"approve": True})
@@ -49,7 +50,7 @@ CLIENT = textwrap.dedent(
         async with Client(params, read_timeout_seconds=120, elicitation_callback=accept) as c:
             quotes = []
             for checkpoint in checkpoints:
-                args = {"checkpoints": [checkpoint], "tasks": ["%s"], "limit": 50}
+                args = {"checkpoints": [checkpoint], "tasks": [TASK], "limit": 50}
                 quotes.append((await c.call_tool("quote_sweep", args)).structured_content)
             outcomes = []
             print("ready", flush=True)
@@ -69,7 +70,6 @@ CLIENT = textwrap.dedent(
 
     anyio.run(main)
     """
-    % TASK
 )
 
 
@@ -105,12 +105,13 @@ def test_concurrent_paid_jobs_stop_inside_the_limits_after_client_and_server_are
     # Created first: two servers creating one new store at once is another matter.
     with Store(store_path):
         pass
+    errors = (tmp_path / "client.err").open("a")  # noqa: SIM115 - the clients keep it
     clients = [
         subprocess.Popen(
-            [sys.executable, str(script), str(store_path), str(go), str(gpt2_a), str(gpt2_b)],
+            [sys.executable, str(script), str(store_path), str(go), TASK, str(gpt2_a), str(gpt2_b)],
             env=env,
             stdout=subprocess.PIPE,
-            stderr=open(tmp_path / "client.err", "a"),
+            stderr=errors,
             text=True,
         )  # fmt: skip
         for _ in range(2)
@@ -129,10 +130,8 @@ def test_concurrent_paid_jobs_stop_inside_the_limits_after_client_and_server_are
     finally:
         for client in clients:  # the client and its server die; the jobs' supervisors do not
             for pid in [*_children(client.pid), client.pid]:
-                try:
+                with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
             client.wait()
     started = [o for r in reports for o in r["outcomes"] if isinstance(o, dict)]
     refused = [o for r in reports for o in r["outcomes"] if isinstance(o, str)]
