@@ -244,6 +244,24 @@ class AgentState:
             self.store.audit_event("stop", f"watchdog stops {name}: {reason}", target=name)
             self.run_lifecycle(name, "stop")
 
+    def close(self) -> None:
+        """Stop anything a lifecycle call started on this machine for the server (such as
+        SkyPilot's local API server): targets that can say so, when the server ends."""
+        for name, target in self.targets.items():
+            close = getattr(target, "close", None)
+            if callable(close):
+                with self.lifecycle_locks[name], Store(self.store_path) as own:
+                    previous = getattr(target, "store", None)
+                    if isinstance(target, LifecycleTarget):
+                        target.store = own
+                    try:
+                        close()
+                    except EvalsweepError as exc:
+                        self.store.audit_event("lifecycle", f"close {name} failed: {exc}")
+                    finally:
+                        if isinstance(target, LifecycleTarget):
+                            target.store = previous
+
     async def watchdog(self) -> None:
         while True:
             for message in self.jobs.watchdog(self.stop_machine):
