@@ -187,7 +187,8 @@ async def test_paid_work_needs_approval_from_the_terminal(
         quote = result(await client.call_tool("quote_sweep", sweep_args(gpt2_a)))
         quote_id = quote["quote_id"]
         assert quote["needs_approval"] and quote["hourly_rate"] == 36.0
-        assert quote["estimated_cost"] > 0 and quote["max_cost"] == 36.0 * 24
+        # The worst case is what starting it would reserve: the $50 the limit leaves.
+        assert quote["estimated_cost"] > 0 and quote["max_cost"] == 50.0
         text = error_text(await client.call_tool("start_sweep", {"quote_id": quote_id}))
         assert f"evalsweep approve {quote_id}" in text
         # The approval parameter is filled by the server, never by the caller.
@@ -281,7 +282,8 @@ async def test_second_job_refused_when_estimates_cross_the_limit(
         job = result(await client.call_tool("start_sweep", {"quote_id": first["quote_id"]}))
         text = error_text(await client.call_tool("start_sweep", {"quote_id": second["quote_id"]}))
         await client.call_tool("cancel_job", {"job_id": job["job_id"]})
-    assert "this connection's spend limit is $0.50" in text
+    # The first reserved all that the $0.50 left (its worst case); the second does not fit.
+    assert "the spend limits leave $0.0000 and this work is estimated at $0.3" in text
 
 
 @pytest.mark.anyio
@@ -496,8 +498,10 @@ async def test_results_are_capped_and_logs_page_within_the_cap(
         quote = result(await c.call_tool("quote_sweep", sweep_args(gpt2_a)))
         job = result(await c.call_tool("start_sweep", {"quote_id": quote["quote_id"]}))["job_id"]
         assert (await wait_for_end(c, job))["status"] == "finished"
-        page = result(await c.call_tool("job_logs", {"job_id": job, "max_bytes": 10**6}))
-        assert 0 < len(page["text"].encode()) <= 1000 and not page["eof"]
+        call = await c.call_tool("job_logs", {"job_id": job, "max_bytes": 10**6})
+        assert len(call.model_dump_json(by_alias=True, exclude_none=True).encode()) <= 4000
+        page = result(call)
+        assert 0 < len(page["text"].encode()) <= 4000 and not page["eof"]
         log = (store_path.parent / "evalsweep-jobs" / job / "log.txt").read_bytes()
         assert page["text"].encode() == log[: page["next_offset"]]
         beyond = {"job_id": job, "offset": len(log) + 1}

@@ -411,10 +411,10 @@ class Jobs:
         priced = [i for i in ledger.open_items(self.store) if i[4] > 0]
         if not priced:
             return None
-        if ledger.committed(self.store, since=since, now=now) > s.global_usd + 1e-9:
+        if ledger.committed(self.store, since=since, now=now, overrun=False) > s.global_usd + 1e-9:
             return priced[0], f"global spend limit (${s.global_usd:.2f})"
         for item in priced:  # newest first
-            if ledger.committed(self.store, connection=item[2], now=now) > (
+            if ledger.committed(self.store, connection=item[2], now=now, overrun=False) > (
                 s.per_connection_usd + 1e-9
             ):
                 return item, f"per-connection spend limit (${s.per_connection_usd:.2f})"

@@ -51,16 +51,27 @@ class Reservation:
 
 
 def committed(
-    store: Store, *, connection: str | None = None, since: float | None = None, now: float = 0.0
+    store: Store,
+    *,
+    connection: str | None = None,
+    since: float | None = None,
+    now: float = 0.0,
+    overrun: bool = True,
 ) -> float:
     """What the limits must still cover: spend of ended items plus each open item's
-    reservation (or its spend so far, when it ran past it)."""
+    reservation (or its spend so far, when it ran past it, unless ``overrun`` is False:
+    an item past its deadline is being stopped, and is not a reason to stop another)."""
     ensure_agent_tables(store)
     now = now or time.time()
     floor = since or 0.0
+    running = (
+        "MAX(reserved, hourly_rate * (MAX(?, started) - started) / 3600.0)"
+        if overrun
+        else "(reserved + 0 * ?)"
+    )
     query = (
-        "SELECT COALESCE(SUM(CASE WHEN ended IS NULL THEN MAX(reserved, hourly_rate * "
-        "(MAX(?, started) - started) / 3600.0) ELSE hourly_rate * (MAX(ended, started) - "
+        f"SELECT COALESCE(SUM(CASE WHEN ended IS NULL THEN {running} "
+        "ELSE hourly_rate * (MAX(ended, started) - "
         "MAX(started, ?)) / 3600.0 END), 0) FROM agent_ledger "
         "WHERE (ended IS NULL OR ended >= ?)"
     )

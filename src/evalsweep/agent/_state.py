@@ -388,7 +388,8 @@ def guarded(state: AgentState, fn: Callable[..., Awaitable[T]]) -> Callable[...,
         if size > state.result_cap:
             return state.error(
                 tool,
-                f"result of {size} bytes exceeds the {state.result_cap}-byte cap; ask for less "
+                f"result of {size} bytes exceeds the {state.settings.max_result_bytes}-byte cap; "
+                "ask for less "
                 "(job_logs and results_table page by offset)",
                 {},
             )
