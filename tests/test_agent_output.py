@@ -158,3 +158,41 @@ async def test_results_fit_the_cap_as_sent_logs_page_safely_and_progress_shows(
     assert "".join(p["text"] for p in pages) == table["text"]
     assert [r for p in pages for r in p["results"]] == table["results"]
     assert [c for p in pages for c in p["comparisons"]] == table["comparisons"]
+
+
+def test_log_pages_never_split_a_character_or_a_secret(tmp_path: Path) -> None:
+    """Every page size, every start: pages join into the redacted log, none holds a piece
+    of a secret or half a character (including a secret the job did not know about)."""
+    from evalsweep.agent._jobs import Jobs
+    from evalsweep.agent._secrets import SecretBox
+    from evalsweep.agent._settings import AgentSettings
+
+    box = SecretBox(tmp_path / "config")
+    box.set("KEY", "secretvalue123")
+    log = tmp_path / "log.txt"
+    content = "┃ a ┃ é \U0001f600\n" * 5 + "x secretvalue123 y secretvalue123secretvalue123\n"
+    log.write_text(content + "┃" * 20 + "secretvalue123")
+    expected = log.read_text().replace("secretvalue123", "[secret KEY]")
+    with Store(tmp_path / "s.sqlite") as store:
+        jobs = Jobs(store, AgentSettings(), box, tmp_path / "jobs")
+        with store.connection:
+            store.connection.execute(
+                "INSERT INTO agent_jobs (job_id, quote_id, connection, target, params, plan, "
+                "argv, out_dir, log_path, status, started, deadline, work, loads) VALUES "
+                "('j-0000000000', 'q', 'c', 'local', '{}', '[]', '', '', ?, 'finished', 0, 0, "
+                "0, 0)",
+                (str(log),),
+            )
+        for size in range(1, 40):
+            offset, pages = 0, []
+            while True:
+                text, offset, total = jobs.logs("j-0000000000", offset, size)
+                assert "\ufffd" not in text and "value1" not in text, (size, text)
+                pages.append(text)
+                if offset >= total:
+                    break
+            assert "".join(pages) == expected, size
+        start = log.read_bytes().index(b"secretvalue123")
+        for inside in range(1, 14):  # a page that starts inside a value starts with its mask
+            text, _, _ = jobs.logs("j-0000000000", start + inside, 5)
+            assert text.startswith("[secret KEY]") and "value" not in text, (inside, text)

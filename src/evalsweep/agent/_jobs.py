@@ -304,7 +304,9 @@ class Jobs:
         begin = max(offset - longest + 1, 0)
         with path.open("rb") as handle:
             handle.seek(begin)
-            window = handle.read(offset - begin + max_bytes + longest - 1)
+            # A few bytes beyond the page too: enough to see whether it ends inside a
+            # character (a UTF-8 sequence is at most 4 bytes).
+            window = handle.read(offset - begin + max_bytes + longest + 3)
         spans = secret_spans(window, values, begin)
         end = min(offset + max_bytes, begin + len(window))
         for start, stop, _ in spans:
@@ -468,7 +470,9 @@ def live_progress(store: Store, job: dict[str, Any]) -> list[dict[str, Any]]:
         stored, total = progress(store, [part])
         done = stored
         reference = identity_of.get(part["checkpoint"], part["checkpoint"])
-        answered = live.get(f"{reference} · {part['task']}")
+        # A job on another target reports its parts as "TARGET: reference · task".
+        label = f"{reference} · {part['task']}"
+        answered = live.get(label) or live.get(f"{job['target']}: {label}")
         per_document = int(part.get("requests", 0)) / total if total else 0
         if answered and per_document > 0 and job["status"] == "running":
             requests_done, requests_total = int(answered[0]), int(answered[1])
@@ -506,12 +510,19 @@ def secret_spans(
 def _char_boundary(
     window: bytes, begin: int, offset: int, end: int, spans: list[tuple[int, int, bytes]]
 ) -> int:
-    """``end`` moved back (at most 3 bytes) so the page does not split a UTF-8 sequence."""
+    """``end`` moved so the page does not split a UTF-8 sequence: back to the character's
+    start, or, when the page would then be empty, on to its end."""
     if any(s < end <= e for s, e, _ in spans) or end <= offset:
         return end
+
+    def inside(at: int) -> bool:  # the byte at ``at`` continues a character
+        return at - begin < len(window) and (window[at - begin] & 0xC0) == 0x80
+
     cut = end
-    while cut > max(offset, end - 4):
-        if cut - begin >= len(window) or (window[cut - begin] & 0xC0) != 0x80:
-            return cut
+    while cut > offset and inside(cut):
         cut -= 1
+    if cut > offset:
+        return cut
+    while inside(end) and end - begin < len(window):
+        end += 1
     return end
