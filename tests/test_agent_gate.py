@@ -107,9 +107,12 @@ def sweep_args(*checkpoints: Path, limit: int = 2) -> dict[str, Any]:
 @pytest.mark.anyio
 async def test_start_without_a_quote_is_refused(agent_env: Path, store_path: Path) -> None:
     async with Client(build_server(store_path, config={})) as client:
-        text = error_text(await client.call_tool("start_sweep", {"quote_id": "q-made-up"}))
-    assert "no quote 'q-made-up'" in text
-    assert any("q-made-up" in t for t in audit_texts(store_path, "refusal"))
+        text = error_text(await client.call_tool("start_sweep", {"quote_id": "q-0123456789"}))
+        made_up = error_text(await client.call_tool("start_sweep", {"quote_id": "q-made-up"}))
+    assert "no quote 'q-0123456789'" in text
+    assert made_up == "start_sweep: quote_id is not a quote id (as returned by evalsweep)"
+    refusals = audit_texts(store_path, "refusal")
+    assert any("q-0123456789" in t for t in refusals) and len(refusals) == 2
 
 
 @pytest.mark.anyio
@@ -135,7 +138,7 @@ async def test_changed_quote_parameter_is_refused(
         quote = result(await client.call_tool("quote_sweep", sweep_args(copy)))
         restated = {"quote_id": quote["quote_id"], "limit": 3}
         text = error_text(await client.call_tool("start_sweep", restated))
-        assert "limit=3 differs from quote" in text
+        assert "limit differs from quote" in text
         # The checkpoint itself changes after the quote: same name, other bytes.
         config = copy / "config.json"
         config.write_text(config.read_text().replace("}", ', "evalsweep_edit": 1}', 1))
@@ -184,7 +187,8 @@ async def test_paid_work_needs_approval_from_the_terminal(
         quote = result(await client.call_tool("quote_sweep", sweep_args(gpt2_a)))
         quote_id = quote["quote_id"]
         assert quote["needs_approval"] and quote["hourly_rate"] == 36.0
-        assert quote["estimated_cost"] > 0 and quote["max_cost"] == 36.0 * 24
+        # The worst case is what starting it would reserve: the $50 the limit leaves.
+        assert quote["estimated_cost"] > 0 and quote["max_cost"] == 50.0
         text = error_text(await client.call_tool("start_sweep", {"quote_id": quote_id}))
         assert f"evalsweep approve {quote_id}" in text
         # The approval parameter is filled by the server, never by the caller.
@@ -278,18 +282,25 @@ async def test_second_job_refused_when_estimates_cross_the_limit(
         job = result(await client.call_tool("start_sweep", {"quote_id": first["quote_id"]}))
         text = error_text(await client.call_tool("start_sweep", {"quote_id": second["quote_id"]}))
         await client.call_tool("cancel_job", {"job_id": job["job_id"]})
-    assert "this connection's spend limit is $0.50" in text
+    # The first reserved all that the $0.50 left (its worst case); the second does not fit.
+    assert "the spend limits leave $0.0000 and this work is estimated at $0.3" in text
 
 
 @pytest.mark.anyio
-async def test_watchdog_stops_concurrent_jobs_before_the_limit(
+async def test_concurrent_jobs_share_the_limit_by_reservation(
     agent_env: Path, store_path: Path, gpt2_a: Path, gpt2_b: Path
 ) -> None:
-    # Estimates near zero let both start; at $1 a second they cross $3 within seconds.
+    # $1 a second, $3 per connection, at most 2 s a job: the first reserves $2, the second
+    # what is left ($1); both are stopped at their deadlines by their supervisors.
     limit = 3.0
     config = {
         "rates": {"local": 3600.0},
-        "limits": {"per_connection_usd": limit, "global_usd": 100.0, "watchdog_interval_s": 0.2},
+        "limits": {
+            "per_connection_usd": limit,
+            "global_usd": 100.0,
+            "watchdog_interval_s": 0.2,
+            "max_job_hours": 2 / 3600,
+        },
         "throughput": {"startup_s": 0.0, "per_checkpoint_s": 0.0, "cpu": 1e12, "cuda": 1e12},
     }
     async with Client(build_server(store_path, config=config)) as client:
@@ -299,18 +310,26 @@ async def test_watchdog_stops_concurrent_jobs_before_the_limit(
         ]
         for quote in quotes:
             assert approve_in_terminal(store_path, quote["quote_id"])[0] == 0
-        jobs = [
-            result(await client.call_tool("start_sweep", {"quote_id": q["quote_id"]}))["job_id"]
+        started = [
+            result(await client.call_tool("start_sweep", {"quote_id": q["quote_id"]}))
             for q in quotes
         ]
-        ended = [await wait_for_end(client, job, timeout=60) for job in jobs]
+        during = result(await client.call_tool("spend", {}))
+        ended = [await wait_for_end(client, s["job_id"], timeout=60) for s in started]
         spent = result(await client.call_tool("spend", {}))
+    assert [s["reserved_usd"] for s in started] == [
+        pytest.approx(2.0),
+        pytest.approx(1.0, abs=0.02),
+    ]
+    assert during["connection_spent_usd"] + during["connection_reserved_usd"] == pytest.approx(
+        limit, abs=0.02
+    )
+    assert during["left_usd"] == pytest.approx(0.0, abs=0.02)
     assert [e["status"] for e in ended] == ["stopped", "stopped"]
-    # The watchdog stops them (a job's own budget deadline may also fire on a starved machine).
-    assert any("spend limit" in e["reason"] for e in ended), ended
-    assert all("spend limit" in e["reason"] or "deadline" in e["reason"] for e in ended)
-    # One watchdog tick of both jobs is the most it can overshoot by on a busy machine.
-    assert spent["connection_spent_usd"] <= limit + 2 * 2 * 0.2
+    assert all("deadline" in e["reason"] for e in ended), ended
+    assert all(e["spend_usd"] <= e["reserved_usd"] + 1.0 for e in ended), ended
+    assert spent["connection_spent_usd"] <= limit + 1.0  # a second of billing
+    assert spent["connection_reserved_usd"] == 0
     assert spent["connection_spent_usd"] == pytest.approx(sum(e["spend_usd"] for e in ended))
     with sqlite3.connect(store_path) as conn:
         pids = [r[0] for r in conn.execute("SELECT pid FROM agent_jobs")]
@@ -479,8 +498,10 @@ async def test_results_are_capped_and_logs_page_within_the_cap(
         quote = result(await c.call_tool("quote_sweep", sweep_args(gpt2_a)))
         job = result(await c.call_tool("start_sweep", {"quote_id": quote["quote_id"]}))["job_id"]
         assert (await wait_for_end(c, job))["status"] == "finished"
-        page = result(await c.call_tool("job_logs", {"job_id": job, "max_bytes": 10**6}))
-        assert 0 < len(page["text"].encode()) <= 1000 and not page["eof"]
+        call = await c.call_tool("job_logs", {"job_id": job, "max_bytes": 10**6})
+        assert len(call.model_dump_json(by_alias=True, exclude_none=True).encode()) <= 4000
+        page = result(call)
+        assert 0 < len(page["text"].encode()) <= 4000 and not page["eof"]
         log = (store_path.parent / "evalsweep-jobs" / job / "log.txt").read_bytes()
         assert page["text"].encode() == log[: page["next_offset"]]
         beyond = {"job_id": job, "offset": len(log) + 1}

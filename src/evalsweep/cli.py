@@ -938,17 +938,27 @@ def approve(quote_id: str, store: Path | None, debug: bool) -> None:
     import getpass
 
     from evalsweep.agent import approve_quote as record_approval
-    from evalsweep.agent import describe_quote
-    from evalsweep.agent._quotes import GateError, load_quote
+    from evalsweep.agent._approvals import approval_text, refusable
+    from evalsweep.agent._approvals import refuse as refused
 
-    if not sys.stdin.isatty():
-        raise GateError("evalsweep approve needs a terminal: run it yourself, not through a pipe")
     with _open_existing_store(store) as results_store:
-        quote = load_quote(results_store, quote_id)
-        _say(describe_quote(quote))
+        if not sys.stdin.isatty():
+            raise refused(
+                results_store,
+                None,
+                None,
+                "approve: needs a terminal: run evalsweep approve yourself, not through a pipe",
+            )
+        # Unknown, used or expired: said (and audited) before anything is asked.
+        quote = refusable(results_store, quote_id)
+        for line in approval_text(results_store, quote):
+            _say(line)
         if not click.confirm(f"Approve {quote_id}?", default=False):
             results_store.audit_event(
-                "refusal", f"declined {quote_id} in the terminal", target=quote.target
+                "refusal",
+                f"declined {quote_id} in the terminal",
+                target=quote.target,
+                detail={"quote": quote_id},
             )
             _say("not approved")
             sys.exit(1)

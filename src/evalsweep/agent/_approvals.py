@@ -96,6 +96,60 @@ def approve_quote(store: Store, quote_id: str, by: str) -> Quote:
     return load_quote(store, quote_id)
 
 
+def refusable(store: Store, quote_id: str) -> Quote:
+    """The quote a person is about to be asked about; refused (audited) first when it is
+    unknown, already used or expired, so nobody approves what cannot run."""
+    from evalsweep.agent._inputs import shown
+
+    try:
+        quote = load_quote(store, quote_id)
+    except GateError:
+        raise refuse(
+            store, None, None, f"approve: no quote {shown(quote_id, 40)!r} in {store.path}"
+        ) from None
+    if quote.used is not None:
+        raise refuse(
+            store, quote_id, quote.target, f"approve: quote {quote_id} was already used"
+        )  # fmt: skip
+    if time.time() > quote.expires:
+        raise refuse(
+            store, quote_id, quote.target, f"approve: quote {quote_id} expired; ask for a new one"
+        )
+    return quote
+
+
+def approval_text(store: Store, quote: Quote) -> list[str]:
+    """What the person approves: the work as resolved, the price, the limits and what is left."""
+    from evalsweep.agent._ledger import left, outstanding, spent
+    from evalsweep.agent._settings import AgentSettings
+
+    preview: dict[str, Any] = quote.preview
+    lines = [describe_quote(quote)]
+    for pair in preview.get("identities", []):
+        lines.append(f"  checkpoint {pair['reference']} -> {pair['identity']}")
+    if quote.kind == "sweep":
+        lines.append(
+            f"  tasks {', '.join(quote.params['tasks'])}; limit {quote.params.get('limit')}; "
+            f"num_fewshot {quote.params.get('num_fewshot')}; device {quote.params.get('device')}"
+        )
+    lines.append(
+        f"  price: ${quote.hourly_rate:.2f}/h on {preview.get('hardware', '?')}, estimated "
+        f"${quote.estimated_cost:.4f}; worst case ${preview.get('max_cost', 0.0):.4f} "
+        "(reserved when it starts; the job is stopped there)"
+    )
+    settings = AgentSettings.from_config()
+    limits = settings.ledger_limits()
+    connection = str(preview.get("connection", ""))
+    free = left(store, limits, connection) if connection else None
+    lines.append(
+        f"  limits: ${limits.per_connection_usd:.2f} per connection, ${limits.global_usd:.2f} "
+        f"global over {limits.global_window_days:g} days; spent ${spent(store):.4f}, reserved "
+        f"${outstanding(store):.4f}"
+        + (f", left for this connection ${max(free, 0.0):.4f}" if free is not None else "")
+    )
+    return lines
+
+
 def decline_quote(store: Store, quote_id: str, by: str) -> None:
     quote = load_quote(store, quote_id)
     store.audit_event(

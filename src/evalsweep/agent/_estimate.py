@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,6 +28,11 @@ CHARS_PER_TOKEN = 4
 #: Seconds to start the process and load each checkpoint, added to every estimate.
 STARTUP_S = 20.0
 PER_CHECKPOINT_S = 10.0
+#: A finished job refines the throughput only if it computed at least this long.
+MIN_MEASURED_S = 60.0
+#: Jobs whose median is taken, and how far from the configured figure it may go.
+MEASURED_JOBS = 7
+CLAMP_FACTOR = 10.0
 #: Parameters assumed when a checkpoint's size cannot be read.
 UNKNOWN_PARAMETERS = 1_000_000_000
 BILLION = 1e9
@@ -108,6 +114,7 @@ def plan_work(
                     "task": name,
                     "settings": run.settings_key,
                     "documents": len(run.prepared),
+                    "requests": n_requests,
                     "tokens": chars // CHARS_PER_TOKEN + gen,
                     "parameters": parameters[checkpoint.identity],
                 }
@@ -151,27 +158,62 @@ def parameter_count(kind: str, location: str, commit: str | None) -> int:
         return UNKNOWN_PARAMETERS
 
 
+#: Words in a target's configured hardware that mean a GPU.
+GPU_WORDS = re.compile(
+    r"\b(gpu|cuda|h100|h200|b200|a100|a10g?|a40|l4|l40s?|v100|t4|rtx\s*\w+|mi300x?)\b", re.I
+)
+
+
+def hardware_kind(kind: str, hardware: str, device_type: str) -> str:
+    """'cuda' or 'cpu' for a target: this machine's planned device, or what a configured
+    target's hardware says (a GPU named there is priced as one)."""
+    if kind == "local":
+        return device_type
+    return "cuda" if kind == "skypilot" or GPU_WORDS.search(hardware) else "cpu"
+
+
 def throughput(
     store: Store, settings: AgentSettings, target: str, hardware_kind: str
 ) -> tuple[float, str]:
-    """Tokens per second for ``target`` and where the figure comes from."""
+    """Tokens per second for ``target`` and where the figure comes from.
+
+    The base figure is ``[throughput]`` (the target's, else its hardware kind's), else
+    the default. Finished jobs on the target refine it, but only jobs that computed for
+    at least ``MIN_MEASURED_S`` (and for most of their time: start-up must not dominate)
+    count; their median is taken (robust to one odd job) and held within
+    ``CLAMP_FACTOR`` of the base (a measurement off by more is not believed).
+    """
     ensure_agent_tables(store)
+    base, source = base_throughput(settings, target, hardware_kind)
+    minimum = settings.throughput.get("min_measured_s", MIN_MEASURED_S)
     rows = store.connection.execute(
         "SELECT work, loads, started, ended FROM agent_jobs WHERE target = ? "
-        "AND status = 'finished' AND ended > started AND work > 0 ORDER BY ended DESC LIMIT 5",
+        "AND status = 'finished' AND ended > started AND work > 0 ORDER BY ended DESC LIMIT 50",
         (target,),
     ).fetchall()
-    measured = [
-        float(work) / max(ended - started - overhead_seconds(settings, loads), 1.0)
-        for work, loads, started, ended in rows
-    ]
-    if measured:
-        return statistics.median(measured), f"measured by the last {len(measured)} jobs on {target}"
+    measured = []
+    for work, loads, started, ended in rows:
+        elapsed = float(ended) - float(started)
+        computing = elapsed - overhead_seconds(settings, int(loads))
+        if computing >= minimum and computing >= elapsed / 2:
+            measured.append(float(work) / computing)
+        if len(measured) == MEASURED_JOBS:
+            break
+    if not measured:
+        return base, source
+    median = statistics.median(measured)
+    low, high = base / CLAMP_FACTOR, base * CLAMP_FACTOR
+    held = min(max(median, low), high)
+    note = "" if held == median else f", held within {CLAMP_FACTOR:g}x of {base:g}"
+    return held, f"measured by the last {len(measured)} jobs on {target} (median{note})"
+
+
+def base_throughput(settings: AgentSettings, target: str, hardware_kind: str) -> tuple[float, str]:
     for key in (target, hardware_kind):
         if settings.throughput.get(key):
             return settings.throughput[key], f"[throughput] {key} in the configuration"
     return DEFAULT_THROUGHPUT.get(hardware_kind, DEFAULT_THROUGHPUT["cpu"]), (
-        f"rough default for {hardware_kind} (no job on {target} measured yet)"
+        f"rough default for {hardware_kind} (no job on {target} long enough to measure yet)"
     )
 
 

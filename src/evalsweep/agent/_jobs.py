@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import secrets
 import shlex
@@ -38,9 +39,40 @@ from evalsweep.store import Store
 
 COLUMNS = (
     "job_id, quote_id, connection, target, params, plan, argv, out_dir, log_path, pid, "
-    "pid_start, status, reason, exit_code, started, ended, deadline, work, loads, audit_id"
+    "pid_start, status, reason, exit_code, started, ended, deadline, work, loads, audit_id, "
+    "estimated_s, progress"
 )
 KILL_GRACE_S = 10.0
+#: The supervisor stops a job this long before its reserved deadline, so that the
+#: seconds a stop takes are inside the reservation (it kills after STOP_GRACE_S).
+STOP_MARGIN_S = 1.5
+#: What the supervisor gives a job between its stop signal and the kill.
+STOP_GRACE_S = 0.5
+
+
+def supervisor_deadline(reservation: ledger.Reservation) -> float:
+    """When the supervisor stops the job: inside the reservation, with room to stop."""
+    margin = min(STOP_MARGIN_S, reservation.seconds / 4)
+    return reservation.deadline - margin
+
+
+def job_command(
+    params: dict[str, Any], target: str, store_path: Path, out_dir: Path, data_dir: str | None
+) -> list[str]:
+    """The job's ``evalsweep run`` as an argument list: options first, then ``--`` and the
+    references, so no reference can be read as an option."""
+    command = [sys.executable, "-m", "evalsweep", "run"]
+    command += ["--tasks", ",".join(params["tasks"]), "--store", str(store_path)]
+    command += ["--out", str(out_dir), "--device", params["device"]]
+    # Always named: an inherited EVALSWEEP_TARGET must not move the job elsewhere.
+    command += ["--target", target, "--progress-lines"]
+    if params.get("limit") is not None:
+        command += ["--limit", str(int(params["limit"]))]
+    if params.get("num_fewshot") is not None:
+        command += ["--num-fewshot", str(int(params["num_fewshot"]))]
+    if data_dir:
+        command += ["--data-dir", data_dir]
+    return [*command, "--", *params["checkpoints"]]
 
 
 class JobError(EvalsweepError):
@@ -62,60 +94,38 @@ class Jobs:
 
     # -- starting ---------------------------------------------------------------------------
 
-    def check_budget(self, connection: str, cost: float, rate: float) -> None:
-        """Refuse work whose estimate, with what runs already, would cross a limit."""
-        if rate <= 0 and cost <= 0:
-            return
-        s = self.settings
-        if s.per_connection_usd <= 0 or s.global_usd <= 0:
-            raise GateError(
-                "paid work needs spend limits: the person must set [limits] per_connection_usd "
-                "and global_usd in their evalsweep configuration"
-            )
-        since = time.time() - s.global_window_days * 86400
-        for scope, limit, spent, committed in (
-            (
-                "this connection's",
-                s.per_connection_usd,
-                ledger.spent(self.store, connection=connection),
-                self._committed(connection),
-            ),
-            (
-                "the global",
-                s.global_usd,
-                ledger.spent(self.store, since=since),
-                self._committed(None),
-            ),
-        ):
-            if spent + committed + cost > limit:
-                raise GateError(
-                    f"refused: {scope} spend limit is ${limit:.2f}; spent ${spent:.2f}, running "
-                    f"work expected to cost ${committed:.2f} more, this sweep about ${cost:.2f}"
-                )
+    @staticmethod
+    def new_id() -> str:
+        return "j-" + secrets.token_hex(5)
 
-    def _committed(self, connection: str | None) -> float:
-        """Estimated cost still to come from running jobs."""
-        query = (
-            "SELECT q.estimated_cost, l.hourly_rate, l.started FROM agent_jobs j "
-            "JOIN agent_quotes q ON q.quote_id = j.quote_id "
-            "JOIN agent_ledger l ON l.item = j.job_id WHERE l.ended IS NULL"
-        )
-        args: list[Any] = []
-        if connection is not None:
-            query += " AND j.connection = ?"
-            args.append(connection)
-        now = time.time()
-        return float(
-            sum(
-                max(cost - rate * (now - started) / 3600.0, 0.0)
-                for cost, rate, started in self.store.connection.execute(query, args)
+    def reserve(
+        self, item: str, connection: str, target: str, rate: float, estimate: float, kind: str
+    ) -> ledger.Reservation:
+        """Reserve the worst case of new work against both limits (see ``_ledger``).
+
+        Raises:
+            GateError: when the limits are not set for paid work, or do not leave
+                enough for the estimate after what is spent and reserved.
+        """
+        try:
+            return ledger.reserve(
+                self.store,
+                item,
+                kind=kind,
+                connection=connection,
+                target=target,
+                hourly_rate=rate,
+                limits=self.settings.ledger_limits(),
+                needed_usd=estimate,
             )
-        )
+        except ledger.BudgetError as exc:
+            raise GateError(str(exc)) from None
 
     def start(
         self,
         quote: Quote,
         connection: str,
+        reservation: ledger.Reservation,
         *,
         store_path: Path,
         data_dir: str | None,
@@ -123,26 +133,16 @@ class Jobs:
         work: float,
         loads: int,
     ) -> str:
-        """Start the quoted sweep detached; returns the job id at once."""
+        """Start the quoted sweep detached under ``reservation``; returns the job id at once."""
         params = quote.params
-        job_id = "j-" + secrets.token_hex(5)
+        job_id = reservation.item
         job_dir = self.jobs_dir / job_id
         out_dir = job_dir / "out"
         log_path = job_dir / "log.txt"
         job_dir.mkdir(parents=True)
-        command = [sys.executable, "-m", "evalsweep", "run", *params["checkpoints"]]
-        command += ["--tasks", ",".join(params["tasks"]), "--store", str(store_path)]
-        command += ["--out", str(out_dir), "--device", params["device"]]
-        # Always named: an inherited EVALSWEEP_TARGET must not move the job elsewhere.
-        command += ["--target", quote.target]
-        if params.get("limit") is not None:
-            command += ["--limit", str(params["limit"])]
-        if params.get("num_fewshot") is not None:
-            command += ["--num-fewshot", str(params["num_fewshot"])]
-        if data_dir:
-            command += ["--data-dir", data_dir]
-        now = time.time()
-        deadline = now + self._allowed_seconds(connection, quote.hourly_rate)
+        command = job_command(params, quote.target, store_path, out_dir, data_dir)
+        deadline = reservation.deadline
+        stop_at = supervisor_deadline(reservation)
         supervisor = [sys.executable, "-m", "evalsweep.agent._supervise", "--store"]
         supervisor += [str(store_path), "--job", job_id, "--log", str(log_path)]
         audit_id = self.store.audit_begin(
@@ -153,15 +153,19 @@ class Jobs:
                 "job": job_id,
                 "quote": quote.quote_id,
                 "connection": connection,
-                "under": shlex.join(supervisor) + " --audit ID --deadline " + f"{deadline:.3f}",
+                "hourly_rate": reservation.hourly_rate,
+                "reserved_usd": round(reservation.reserved_usd, 6),
+                "deadline": round(deadline, 3),
+                "under": shlex.join(supervisor) + " --audit ID --deadline " + f"{stop_at:.3f}",
             },
         )
-        supervisor += ["--audit", str(audit_id), "--deadline", f"{deadline:.3f}", "--", *command]
+        supervisor += ["--audit", str(audit_id), "--deadline", f"{stop_at:.3f}", "--", *command]
+        estimated = float(quote.preview.get("estimated_seconds", 0.0))
         with self.store.connection:
             self.store.connection.execute(
                 f"INSERT INTO agent_jobs ({COLUMNS}) VALUES "
                 "(?, ?, ?, ?, ?, ?, ?, ?, ?, NULL, NULL, 'running', NULL, NULL, "
-                "?, NULL, ?, ?, ?, ?)",
+                "?, NULL, ?, ?, ?, ?, ?, NULL)",
                 (
                     job_id,
                     quote.quote_id,
@@ -172,21 +176,14 @@ class Jobs:
                     self.secrets.redact(shlex.join(command)),
                     str(out_dir),
                     str(log_path),
-                    now,
+                    reservation.started,
                     deadline,
                     work,
                     loads,
                     audit_id,
+                    estimated,
                 ),
             )
-        ledger.open_item(
-            self.store,
-            job_id,
-            kind="job",
-            connection=connection,
-            target=quote.target,
-            hourly_rate=quote.hourly_rate,
-        )
         env = dict(os.environ)
         secret_values = self.secrets.environment()
         env.update(secret_values)
@@ -213,18 +210,6 @@ class Jobs:
                 (child.pid, _start_time(child.pid), job_id),
             )
         return job_id
-
-    def _allowed_seconds(self, connection: str, rate: float) -> float:
-        """The job's own deadline: max_job_hours, or the budget left if it ran alone."""
-        seconds = self.settings.max_job_hours * 3600.0
-        if rate > 0:
-            since = time.time() - self.settings.global_window_days * 86400
-            left = min(
-                self.settings.per_connection_usd - ledger.spent(self.store, connection=connection),
-                self.settings.global_usd - ledger.spent(self.store, since=since),
-            )
-            seconds = min(seconds, max(left, 0.0) / rate * 3600.0)
-        return seconds
 
     # -- reading ----------------------------------------------------------------------------
 
@@ -264,16 +249,16 @@ class Jobs:
 
     def status(self, job_id: str) -> dict[str, Any]:
         job = self.refresh(job_id)
-        done, total = progress(self.store, job["plan"])
+        parts = live_progress(self.store, job)
         end = job["ended"] or time.time()
-        rate = self.store.connection.execute(
-            "SELECT hourly_rate FROM agent_ledger WHERE item = ?", (job_id,)
-        ).fetchone()
-        spend = self.store.connection.execute(
-            "SELECT hourly_rate * (MAX(COALESCE(ended, ?), started) - started) / 3600.0 "
-            "FROM agent_ledger WHERE item = ?",
+        ledger_row = self.store.connection.execute(
+            "SELECT hourly_rate, hourly_rate * (MAX(COALESCE(ended, ?), started) - started) "
+            "/ 3600.0, reserved FROM agent_ledger WHERE item = ?",
             (time.time(), job_id),
         ).fetchone()
+        rate, spend, reserved = ledger_row if ledger_row else (0.0, 0.0, 0.0)
+        actual = round(job["ended"] - job["started"], 1) if job["ended"] else None
+        estimated = job["estimated_s"]
         return {
             "job_id": job_id,
             "status": job["status"],
@@ -285,34 +270,58 @@ class Jobs:
             "ended": job["ended"],
             "elapsed_s": round(end - job["started"], 1),
             "deadline": job["deadline"],
-            "documents_done": done,
-            "documents_total": total,
-            "hourly_rate": float(rate[0]) if rate else 0.0,
-            "spend_usd": round(float(spend[0]), 6) if spend else 0.0,
+            "estimated_s": None if estimated is None else round(float(estimated), 1),
+            "actual_s": actual,
+            "documents_done": sum(p["documents_done"] for p in parts),
+            "documents_total": sum(p["documents_total"] for p in parts),
+            "progress": parts,
+            "hourly_rate": float(rate),
+            "reserved_usd": round(float(reserved), 6),
+            "spend_usd": round(float(spend), 6),
             "last_log_line": self.secrets.redact(_last_line(Path(job["log_path"]))),
             "log_bytes": _size(Path(job["log_path"])),
         }
 
     def logs(self, job_id: str, offset: int, max_bytes: int) -> tuple[str, int, int]:
-        """(text, next offset, log size): at most ``max_bytes`` of the log from ``offset``."""
+        """(text, next offset, log size): at most ``max_bytes`` of the log from ``offset``.
+
+        Secrets are redacted over the stream, not the page: a page never ends inside
+        a secret's value (it stops before it, or takes it whole), and a page that
+        starts inside one starts with its mask. Pages end on character boundaries.
+        """
+        if max_bytes < 1:
+            raise JobError("max_bytes must be 1 or more")
         job = self.row(job_id)
         path = Path(job["log_path"])
         size = _size(path)
         if offset < 0 or offset > size:
             raise JobError(f"job {job_id}: offset {offset} is outside the log (0..{size})")
+        values = sorted(
+            ((v.encode(), f"[secret {n}]".encode()) for n, v in self.secrets.environment().items()),
+            key=lambda pair: -len(pair[0]),
+        )
+        longest = max((len(v) for v, _ in values), default=1)
+        begin = max(offset - longest + 1, 0)
         with path.open("rb") as handle:
-            handle.seek(offset)
-            chunk = handle.read(max(max_bytes, 0))
-        # Stop at a character boundary so a page never splits a UTF-8 sequence.
-        cut = len(chunk)
-        while cut and cut > len(chunk) - 4:
-            try:
-                chunk[:cut].decode()
-                break
-            except UnicodeDecodeError:
-                cut -= 1
-        text = chunk[:cut].decode(errors="replace")
-        return self.secrets.redact(text), offset + cut, size
+            handle.seek(begin)
+            # A few bytes beyond the page too: enough to see whether it ends inside a
+            # character (a UTF-8 sequence is at most 4 bytes).
+            window = handle.read(offset - begin + max_bytes + longest + 3)
+        spans = secret_spans(window, values, begin)
+        end = min(offset + max_bytes, begin + len(window))
+        for start, stop, _ in spans:
+            if start < end < stop:
+                end = start if start > offset else stop
+        end = _char_boundary(window, begin, offset, end, spans)
+        text = b""
+        cursor = offset
+        for start, stop, mask in spans:
+            if stop <= offset or start >= end:
+                continue
+            text += window[cursor - begin : max(start, cursor) - begin] + mask
+            cursor = stop
+        text += window[cursor - begin : end - begin] if cursor < end else b""
+        return self.secrets.redact(text.decode(errors="replace")), end, size
 
     def recent(self, limit: int = 50) -> list[dict[str, Any]]:
         rows = self.store.connection.execute(
@@ -370,9 +379,17 @@ class Jobs:
             "OR audit_id IN (SELECT id FROM audit WHERE ended IS NULL)"
         ).fetchall():
             job = self.refresh(job_id)
-            if job["status"] == "running" and time.time() > job["deadline"]:
+            # The supervisor stops a job at its deadline; this is the backstop for a
+            # supervisor that did not (it never stops one that has already ended).
+            if job["status"] == "running" and time.time() > job["deadline"] + STOP_GRACE_S:
                 self.cancel(job_id, status="stopped", reason="deadline reached")
                 messages.append(f"{job_id}: deadline reached")
+        for item, target in ledger.overdue_machines(self.store):
+            why = "its reserved deadline (spend limit or max_job_hours) was reached"
+            if stop_machine is not None:
+                stop_machine(target, why)
+            ledger.close_item(self.store, item)
+            messages.append(f"{item}: stopped, {why}")
         ledger.charge(self.store)
         while (over := self._over_limit()) is not None:
             (item, kind, _conn, target, _rate, _started), why = over
@@ -385,21 +402,22 @@ class Jobs:
         return messages
 
     def _over_limit(self) -> tuple[tuple[str, str, str, str, float, float], str] | None:
-        """The newest priced item to stop, when spend would cross a limit before the next tick."""
+        """The newest priced item to stop when what is spent and reserved exceeds a limit.
+
+        Every item's reservation fits the limits when it starts, so this happens only
+        when the person lowered a limit meanwhile, or an item ran past its reservation.
+        """
         s = self.settings
-        ahead = 1.5 * s.watchdog_interval_s / 3600.0
-        since = time.time() - s.global_window_days * 86400
+        now = time.time()
+        since = now - s.global_window_days * 86400
         priced = [i for i in ledger.open_items(self.store) if i[4] > 0]
         if not priced:
             return None
-        projected = ledger.spent(self.store, since=since)
-        if projected + ahead * ledger.running_rate(self.store) > s.global_usd:
+        if ledger.committed(self.store, since=since, now=now, overrun=False) > s.global_usd + 1e-9:
             return priced[0], f"global spend limit (${s.global_usd:.2f})"
         for item in priced:  # newest first
-            conn = item[2]
-            projected = ledger.spent(self.store, connection=conn)
-            if projected + ahead * ledger.running_rate(self.store, connection=conn) > (
-                s.per_connection_usd
+            if ledger.committed(self.store, connection=item[2], now=now, overrun=False) > (
+                s.per_connection_usd + 1e-9
             ):
                 return item, f"per-connection spend limit (${s.per_connection_usd:.2f})"
         return None
@@ -437,3 +455,74 @@ def _last_line(path: Path) -> str:
         tail = handle.read().decode(errors="replace").replace("\r", "\n")
     lines = [line for line in tail.split("\n") if line.strip()]
     return lines[-1][-500:] if lines else ""
+
+
+def live_progress(store: Store, job: dict[str, Any]) -> list[dict[str, Any]]:
+    """Documents done per (checkpoint, task): those in the store, and while a part runs, the
+    documents its answered requests cover (from the progress the job reports every few s)."""
+    live: dict[str, list[int]] = json.loads(job.get("progress") or "{}")
+    params = job["params"]
+    identity_of = dict(
+        zip(params.get("identities", []), params.get("checkpoints", []), strict=False)
+    )
+    parts = []
+    for part in job["plan"]:
+        stored, total = progress(store, [part])
+        done = stored
+        reference = identity_of.get(part["checkpoint"], part["checkpoint"])
+        # A job on another target reports its parts as "TARGET: reference · task".
+        label = f"{reference} · {part['task']}"
+        answered = live.get(label) or live.get(f"{job['target']}: {label}")
+        per_document = int(part.get("requests", 0)) / total if total else 0
+        if answered and per_document > 0 and job["status"] == "running":
+            requests_done, requests_total = int(answered[0]), int(answered[1])
+            left = math.ceil(max(requests_total - requests_done, 0) / per_document)
+            done = max(stored, min(total - left, total))
+        parts.append(
+            {
+                "checkpoint": reference,
+                "task": part["task"],
+                "documents_done": done,
+                "documents_total": total,
+                "requests_done": int(answered[0]) if answered else None,
+                "requests_total": int(answered[1]) if answered else None,
+            }
+        )
+    return parts
+
+
+def secret_spans(
+    window: bytes, values: list[tuple[bytes, bytes]], begin: int
+) -> list[tuple[int, int, bytes]]:
+    """(start, stop, mask) of every secret value in ``window`` (at file offset ``begin``),
+    longest value first where two overlap, as the supervisor's replacement does."""
+    taken: list[tuple[int, int, bytes]] = []
+    for value, mask in values:
+        at = window.find(value)
+        while at >= 0:
+            start, stop = begin + at, begin + at + len(value)
+            if not any(s < stop and start < e for s, e, _ in taken):
+                taken.append((start, stop, mask))
+            at = window.find(value, at + 1)
+    return sorted(taken)
+
+
+def _char_boundary(
+    window: bytes, begin: int, offset: int, end: int, spans: list[tuple[int, int, bytes]]
+) -> int:
+    """``end`` moved so the page does not split a UTF-8 sequence: back to the character's
+    start, or, when the page would then be empty, on to its end."""
+    if any(s < end <= e for s, e, _ in spans) or end <= offset:
+        return end
+
+    def inside(at: int) -> bool:  # the byte at ``at`` continues a character
+        return at - begin < len(window) and (window[at - begin] & 0xC0) == 0x80
+
+    cut = end
+    while cut > offset and inside(cut):
+        cut -= 1
+    if cut > offset:
+        return cut
+    while inside(end) and end - begin < len(window):
+        end += 1
+    return end

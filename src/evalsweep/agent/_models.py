@@ -73,7 +73,20 @@ class JobStarted(BaseModel):
     quote_id: str
     status: str
     approved_by: str | None
+    reserved_usd: float = Field(
+        description="Worst case held against the spend limits: hourly rate x time to deadline"
+    )
+    deadline: float = Field(description="When the job is stopped if still running (Unix time)")
     next: str = "poll job_status(job_id); read job_logs(job_id, offset) for the log"
+
+
+class PartProgress(BaseModel):
+    checkpoint: str
+    task: str
+    documents_done: int
+    documents_total: int
+    requests_done: int | None = None
+    requests_total: int | None = None
 
 
 class JobStatus(BaseModel):
@@ -87,9 +100,15 @@ class JobStatus(BaseModel):
     ended: float | None
     elapsed_s: float
     deadline: float
+    estimated_s: float | None = Field(description="The quote's estimated run time")
+    actual_s: float | None = Field(description="The real run time, once the job ended")
     documents_done: int
     documents_total: int
+    progress: list[PartProgress] = Field(
+        description="Per (checkpoint, task): documents done (updated every few seconds)"
+    )
     hourly_rate: float
+    reserved_usd: float = Field(description="Worst case reserved against the limits")
     spend_usd: float
     last_log_line: str
     log_bytes: int
@@ -119,12 +138,22 @@ class ResultsTable(BaseModel):
     results: list[dict[str, Any]]
     comparisons: list[dict[str, Any]]
     baseline: str | None
+    offset: int = Field(0, description="First item of this page (table lines, then rows)")
+    next_offset: int | None = Field(
+        None, description="Pass as offset for the rest; null when this is the last page"
+    )
+    items_total: int = 0
 
 
 class Spend(BaseModel):
     connection: str
     connection_spent_usd: float
+    connection_reserved_usd: float = Field(
+        description="What running work of this connection may still cost, at most"
+    )
     global_spent_usd: float
+    global_reserved_usd: float
+    left_usd: float = Field(description="What the limits leave for new work on this connection")
     running_usd_per_hour: float
     limits: dict[str, float] = Field(description="Read-only: set by the person in their config")
 

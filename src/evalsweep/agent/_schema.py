@@ -7,6 +7,8 @@ and the audit log, so a job outlives the server that started it and
 
 from __future__ import annotations
 
+import sqlite3
+
 from evalsweep.store import Store
 
 SCHEMA = """
@@ -47,7 +49,9 @@ CREATE TABLE IF NOT EXISTS agent_jobs (
     deadline    REAL NOT NULL,
     work        REAL NOT NULL,
     loads       INTEGER NOT NULL,
-    audit_id    INTEGER
+    audit_id    INTEGER,
+    estimated_s REAL,
+    progress    TEXT
 );
 CREATE TABLE IF NOT EXISTS agent_ledger (
     item        TEXT PRIMARY KEY,
@@ -57,10 +61,30 @@ CREATE TABLE IF NOT EXISTS agent_ledger (
     hourly_rate REAL NOT NULL,
     started     REAL NOT NULL,
     ended       REAL,
-    charged     REAL NOT NULL DEFAULT 0
+    charged     REAL NOT NULL DEFAULT 0,
+    reserved    REAL NOT NULL DEFAULT 0,
+    deadline    REAL
 );
 """
+
+#: Columns added after the first release: (table, column, declaration), added when missing.
+ADDED = (
+    ("agent_jobs", "estimated_s", "REAL"),
+    ("agent_jobs", "progress", "TEXT"),
+    ("agent_ledger", "reserved", "REAL NOT NULL DEFAULT 0"),
+    ("agent_ledger", "deadline", "REAL"),
+)
 
 
 def ensure_agent_tables(store: Store) -> None:
     store.ensure_tables(SCHEMA)
+    conn = store.connection
+    for table, column, declaration in ADDED:
+        names = {row[1] for row in conn.execute(f"PRAGMA table_info({table})")}
+        if column not in names:
+            try:
+                with conn:
+                    conn.execute(f"ALTER TABLE {table} ADD COLUMN {column} {declaration}")
+            except sqlite3.OperationalError as exc:  # another process added it meanwhile
+                if "duplicate column" not in str(exc):
+                    raise

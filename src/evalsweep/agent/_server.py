@@ -60,6 +60,7 @@ def build_server(
             finally:
                 group.cancel_scope.cancel()
                 state.watchdog_running = False
+                state.close()
 
     server = MCPServer(
         "evalsweep", instructions=INSTRUCTIONS, version=__version__, lifespan=lifespan

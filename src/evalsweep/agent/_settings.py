@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from evalsweep.agent._ledger import Limits
 from evalsweep.config import load_config, section
 from evalsweep.errors import ConfigError
 
@@ -60,6 +61,11 @@ class AgentSettings:
             watchdog_interval_s=_number(limits, "watchdog_interval_s", 5.0, "limits"),
             rates={str(k): _number(rates, k, 0.0, "rates") for k in rates},
             throughput={str(k): _number(throughput, k, 0.0, "throughput") for k in throughput},
+        )
+
+    def ledger_limits(self) -> Limits:
+        return Limits(
+            self.per_connection_usd, self.global_usd, self.global_window_days, self.max_job_hours
         )
 
     def limits(self) -> dict[str, float]:

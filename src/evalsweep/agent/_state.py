@@ -12,6 +12,7 @@ import functools
 import inspect
 import json
 import os
+import re
 import threading
 import time
 import uuid
@@ -27,13 +28,14 @@ from mcp.server.mcpserver import (
     ElicitationResult,
     Resolve,
 )
-from mcp.server.mcpserver.exceptions import ToolError
-from mcp.types import ToolAnnotations
+from mcp.types import CallToolResult, TextContent, ToolAnnotations
 from pydantic import BaseModel, Field
 
+from evalsweep.agent import _ledger as ledger
 from evalsweep.agent._approvals import approve_quote, decline_quote, describe_quote, iso, refuse
+from evalsweep.agent._inputs import QUOTE_ID, InputError, argument_labels, check_id
 from evalsweep.agent._jobs import Jobs
-from evalsweep.agent._models import QuoteOut, TaskWork
+from evalsweep.agent._models import QuoteOut, ResultsTable, TaskWork
 from evalsweep.agent._quotes import GateError, Quote, load_quote
 from evalsweep.agent._secrets import SecretBox
 from evalsweep.agent._settings import AgentSettings
@@ -43,6 +45,20 @@ from evalsweep.errors import EvalsweepError, TargetError
 from evalsweep.store import Store
 
 T = TypeVar("T", bound=BaseModel)
+#: Room kept beside a result for the JSON-RPC envelope around it.
+ENVELOPE_BYTES = 256
+MIN_RESULT_BYTES = 512
+MAX_ERROR_CHARS = 4000
+#: ``evalsweep run`` flags an error may name, as the agent knows them.
+FLAG_NAMES = {
+    "--limit": "limit",
+    "--num-fewshot": "num_fewshot",
+    "--tasks": "tasks",
+    "--target": "target",
+    "--device": "gpu",
+    "--data-dir": "the server's benchmark data directory (EVALSWEEP_DATA_DIR)",
+    "--store": "the server's results store",
+}
 READ = ToolAnnotations(read_only_hint=True, destructive_hint=False, open_world_hint=False)
 WRITE = ToolAnnotations(read_only_hint=False, destructive_hint=False, open_world_hint=False)
 SPEND = ToolAnnotations(read_only_hint=False, destructive_hint=True, open_world_hint=True)
@@ -114,16 +130,91 @@ class AgentState:
             return {k: self.redact_value(v) for k, v in value.items()}
         return value
 
-    def safe(self, result: T) -> T:
-        """The result with secrets redacted, refused when larger than the cap."""
-        data = self.redact_value(result.model_dump())
-        size = len(json.dumps(data, default=str).encode())
-        if size > self.settings.max_result_bytes:
-            raise ToolError(
-                f"result of {size} bytes exceeds the {self.settings.max_result_bytes}-byte cap; "
-                "ask for less (job_logs pages by offset and max_bytes)"
+    def sent(self, result: BaseModel) -> CallToolResult:
+        """The result as it goes on the wire: redacted data, structured and as JSON text."""
+        data = self.redact_value(result.model_dump(mode="json"))
+        text = json.dumps(data, ensure_ascii=False, separators=(",", ":"))
+        return CallToolResult(
+            content=[TextContent(type="text", text=text)], structured_content=data
+        )
+
+    def fits(self, result: BaseModel) -> bool:
+        return sent_bytes(self.sent(result)) <= self.result_cap
+
+    @property
+    def result_cap(self) -> int:
+        """Bytes a whole tool result may take (the JSON-RPC envelope has room beside it)."""
+        return max(self.settings.max_result_bytes - ENVELOPE_BYTES, MIN_RESULT_BYTES)
+
+    def error(self, tool: str, message: str, arguments: dict[str, Any]) -> CallToolResult:
+        """One line for the agent: one prefix, its arguments named not echoed, secrets
+        redacted, CLI flags named as tool arguments, within the cap."""
+        for value, label in argument_labels(arguments):
+            message = message.replace(value, label)
+        message = self.secrets.redact(" ".join(message.split()))
+        for flag, name in FLAG_NAMES.items():
+            message = re.sub(rf"{flag}(?![a-z-])", name, message)
+        while message.startswith(f"{tool}: "):
+            message = message[len(tool) + 2 :]
+        line = f"{tool}: {message}"
+        room = min(self.result_cap // 2, MAX_ERROR_CHARS)
+        if len(line.encode()) > room:
+            line = line.encode()[: room - 40].decode(errors="ignore") + "... (error shortened)"
+        return CallToolResult(content=[TextContent(type="text", text=line)], is_error=True)
+
+    def worst_case(self, rate: float, connection: str) -> float:
+        """What starting work at ``rate`` now would reserve: rate x its deadline."""
+        hours = self.settings.max_job_hours
+        if rate <= 0:
+            return 0.0
+        free = ledger.left(self.store, self.settings.ledger_limits(), connection)
+        return max(min(rate * hours, free), 0.0)
+
+    def check_quote_id(self, quote_id: str) -> None:
+        """Refuse (audited, never echoed) what is not a quote id at all."""
+        try:
+            check_id(quote_id, QUOTE_ID, "quote_id")
+        except InputError as exc:
+            raise refuse(self.store, None, None, str(exc)) from None
+
+    def table_page(
+        self,
+        text: str,
+        results: list[dict[str, Any]],
+        comparisons: list[dict[str, Any]],
+        baseline: str | None,
+        offset: int,
+    ) -> ResultsTable:
+        """The page of the table from item ``offset`` (its text lines, then result rows, then
+        comparisons) that fits the result cap, with the offset of the rest."""
+        items: list[tuple[str, Any]] = [("line", line) for line in text.splitlines()]
+        items += [("result", r) for r in results] + [("comparison", c) for c in comparisons]
+        if offset < 0 or offset > len(items):
+            raise InputError(f"offset must be between 0 and {len(items)}")
+
+        def page(count: int) -> ResultsTable:
+            chosen = items[offset : offset + count]
+            end = offset + count
+            return ResultsTable(
+                text="".join(f"{v}\n" for k, v in chosen if k == "line"),
+                results=[v for k, v in chosen if k == "result"],
+                comparisons=[v for k, v in chosen if k == "comparison"],
+                baseline=baseline,
+                offset=offset,
+                next_offset=end if end < len(items) else None,
+                items_total=len(items),
             )
-        return type(result).model_validate(data)
+
+        rest = len(items) - offset
+        if self.fits(page(rest)):
+            return page(rest)
+        low, high = 0, rest  # page(low) fits, page(high) does not
+        while high - low > 1:
+            middle = (low + high) // 2
+            low, high = (middle, high) if self.fits(page(middle)) else (low, middle)
+        if low == 0:
+            raise InputError("the result cap is too small for one line of the table")
+        return page(low)
 
     def lifecycle_target(self, name: str) -> LifecycleTarget:
         target = self.target(name)
@@ -152,6 +243,24 @@ class AgentState:
         if isinstance(self.targets.get(name), LifecycleTarget):
             self.store.audit_event("stop", f"watchdog stops {name}: {reason}", target=name)
             self.run_lifecycle(name, "stop")
+
+    def close(self) -> None:
+        """Stop anything a lifecycle call started on this machine for the server (such as
+        SkyPilot's local API server): targets that can say so, when the server ends."""
+        for name, target in self.targets.items():
+            close = getattr(target, "close", None)
+            if callable(close):
+                with self.lifecycle_locks[name], Store(self.store_path) as own:
+                    previous = getattr(target, "store", None)
+                    if isinstance(target, LifecycleTarget):
+                        target.store = own
+                    try:
+                        close()
+                    except EvalsweepError as exc:
+                        self.store.audit_event("lifecycle", f"close {name} failed: {exc}")
+                    finally:
+                        if isinstance(target, LifecycleTarget):
+                            target.store = previous
 
     async def watchdog(self) -> None:
         while True:
@@ -255,19 +364,44 @@ def describe_action(name: str, action: str, target: LifecycleTarget, outcome: An
     return f"{line}, {facts}" if facts else line
 
 
-def guarded(state: AgentState, fn: Callable[..., Awaitable[T]]) -> Callable[..., Awaitable[T]]:
-    """Turn user errors into tool errors (redacted) and cap and redact the result."""
+def guarded(state: AgentState, fn: Callable[..., Awaitable[T]]) -> Callable[..., Awaitable[Any]]:
+    """Run a tool: user errors become one-line tool errors; results are redacted and capped.
+
+    The cap counts the whole result as sent (structured content and its text
+    copy, encoded): a result over it is an error, and the tools that can page
+    (logs, tables) make their pages fit.
+    """
+    tool = fn.__name__
 
     @functools.wraps(fn)
-    async def wrapper(*args: Any, **kwargs: Any) -> T:
+    async def wrapper(*args: Any, **kwargs: Any) -> CallToolResult:
+        arguments = {k: v for k, v in kwargs.items() if k not in ("ctx", "consent")}
         try:
             result = await fn(*args, **kwargs)
         except EvalsweepError as exc:
-            raise ToolError(state.secrets.redact(str(exc))) from None
-        return state.safe(result)
+            return state.error(tool, str(exc), arguments)
+        except OSError as exc:  # e.g. a name too long for the file system
+            what = exc.strerror or type(exc).__name__
+            return state.error(tool, f"{what} ({exc.filename or 'a path'})", arguments)
+        sent = state.sent(result)
+        size = sent_bytes(sent)
+        if size > state.result_cap:
+            return state.error(
+                tool,
+                f"result of {size} bytes exceeds the {state.settings.max_result_bytes}-byte cap; "
+                "ask for less "
+                "(job_logs and results_table page by offset)",
+                {},
+            )
+        return sent
 
     wrapper.__signature__ = inspect.signature(fn)  # type: ignore[attr-defined]
     return wrapper
+
+
+def sent_bytes(result: CallToolResult) -> int:
+    """Bytes of ``result`` encoded as the server sends it (UTF-8 JSON, escapes included)."""
+    return len(result.model_dump_json(by_alias=True, exclude_none=True).encode())
 
 
 def consent_parameter(state: AgentState) -> Any:

@@ -3,14 +3,17 @@
 Started detached by the server (``python -m evalsweep.agent._supervise``) in
 its own process group, so cancelling a job kills the whole group and the job
 outlives the server. It copies the job's output line by line into the log
-file with every secret's value replaced, stops the job at its deadline (the
-budget left when it started, at most 24 hours) even when no server is
-watching, and writes the exit status, end time and output size to the store.
+file with every secret's value replaced, turns the job's progress lines into
+documents done per (checkpoint, task) in the store and the log (every few
+seconds), stops the job at its deadline (the end of its spend reservation, at
+most ``max_job_hours``) even when no server is watching, and writes the exit
+status, end time, output size and estimate against actual to the store.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import signal
 import subprocess
@@ -21,6 +24,56 @@ from pathlib import Path
 
 #: Names of the environment variables whose values must never reach the log.
 REDACT_ENV = "EVALSWEEP_REDACT_NAMES"
+#: How often progress reaches the store and the log while a job runs.
+PROGRESS_EVERY_S = 2.0
+#: Between the stop signal at the deadline and the kill.
+STOP_GRACE_S = 0.5
+#: ``evalsweep run --progress-lines`` prefix (``evalsweep.compute._stream.PREFIX``).
+PROGRESS_PREFIX = b"@evalsweep-progress "
+
+
+class Tracker:
+    """Requests answered per label ('reference · task'), from the job's progress lines."""
+
+    def __init__(self, store: str, job: str, log: object) -> None:
+        self.store, self.job, self.log = store, job, log
+        self.parts: dict[str, list[int]] = {}
+        self.current: str | None = None
+        self.changed = False
+        self.last = 0.0
+
+    def line(self, raw: bytes) -> bytes | None:
+        """The line to log for ``raw`` (None for a progress line, which is counted)."""
+        if not raw.startswith(PROGRESS_PREFIX):
+            return raw
+        try:
+            event = json.loads(raw[len(PROGRESS_PREFIX) :])
+        except ValueError:
+            return None
+        kind = event.get("event")
+        if kind == "start":
+            self.current = str(event.get("label", ""))
+            self.parts[self.current] = [0, int(event.get("total", 0))]
+        elif kind == "advance" and self.current in self.parts:
+            part = self.parts[self.current]
+            part[0] = min(part[0] + int(event.get("count", 0)), part[1])
+        elif kind == "finish" and self.current in self.parts:
+            self.parts[self.current][0] = self.parts[self.current][1]
+            self.current = None
+        elif kind == "note":
+            return f"{event.get('message', '')}\n".encode()
+        self.changed = True
+        return None
+
+    def flush(self, force: bool = False) -> bytes:
+        """Write the counts to the store (at most every PROGRESS_EVERY_S); the log line."""
+        now = time.monotonic()
+        if not self.changed or (not force and now - self.last < PROGRESS_EVERY_S):
+            return b""
+        self.changed, self.last = False, now
+        _write_progress(self.store, self.job, self.parts)
+        text = "; ".join(f"{label} {d}/{t} requests" for label, (d, t) in self.parts.items())
+        return f"evalsweep: progress: {text}\n".encode()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -47,56 +100,99 @@ def main(argv: list[str] | None = None) -> int:
     with open(args.log, "ab", buffering=0) as log:
         if time.time() >= args.deadline:
             log.write(b"evalsweep: job stopped at its deadline before it started\n")
-            _record_end(args, -1, "deadline")
+            _record_end(args, -1, "deadline", time.time())
             return 0
         child = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env)
+        exited = {"at": 0.0}
 
         def at_deadline() -> None:
             if child.poll() is None:
                 stopped["reason"] = "deadline"
-                log.write(b"evalsweep: job stopped at its deadline (spend or time limit)\n")
                 child.terminate()
-                time.sleep(10)
-                if child.poll() is None:
+                try:
+                    child.wait(STOP_GRACE_S)
+                except subprocess.TimeoutExpired:
                     child.kill()
+                    child.wait()
+            exited["at"] = exited["at"] or time.time()
 
         timer = threading.Timer(max(args.deadline - time.time(), 0.0), at_deadline)
         timer.daemon = True
         timer.start()
+        tracker = Tracker(args.store, args.job, log)
         assert child.stdout is not None
-        for line in iter(child.stdout.readline, b""):
-            for value, mask in secrets:
-                line = line.replace(value, mask)
-            log.write(line)
+        for raw in iter(child.stdout.readline, b""):
+            line = tracker.line(raw)
+            if line is not None:
+                for value, mask in secrets:
+                    line = line.replace(value, mask)
+                log.write(line)
+            log.write(tracker.flush())
         code = child.wait()
+        exited["at"] = exited["at"] or time.time()
         timer.cancel()
+        log.write(tracker.flush(force=True))
+        if stopped["reason"] == "deadline":
+            log.write(b"evalsweep: job stopped at its deadline (spend reservation or time limit)\n")
         log.write(f"evalsweep: job exited with status {code}\n".encode())
-    _record_end(args, code, stopped["reason"])
+    _record_end(args, code, stopped["reason"], exited["at"])
     return 0
 
 
-def _record_end(args: argparse.Namespace, code: int, reason: str) -> None:
+def _write_progress(store_path: str, job: str, parts: dict[str, list[int]]) -> None:
+    from evalsweep.store import Store
+
+    with Store(store_path) as store, store.connection:
+        store.connection.execute(
+            "UPDATE agent_jobs SET progress = ? WHERE job_id = ?", (json.dumps(parts), job)
+        )
+
+
+def _record_end(args: argparse.Namespace, code: int, reason: str, ended: float) -> None:
     from evalsweep.agent._ledger import close_item
     from evalsweep.store import Store
 
-    ended = time.time()
-    if reason == "deadline":
-        status, why = "stopped", "deadline reached (budget left at start, or max_job_hours)"
-    elif code == 0:
+    if code == 0:  # it finished its work, whatever stop came after
         status, why = "finished", None
+    elif reason == "deadline":
+        status, why = "stopped", "deadline reached (its spend reservation, or max_job_hours)"
     else:
         status, why = "failed", f"exit status {code}"
     with Store(args.store) as store:
         with store.connection:
-            # A status the server already set (cancelled, stopped) is kept.
+            # A stop the server already recorded (cancelled, stopped) is kept, unless the
+            # job had finished: then it is finished.
             store.connection.execute(
                 "UPDATE agent_jobs SET "
-                "status = CASE WHEN status = 'running' THEN ? ELSE status END, "
-                "reason = COALESCE(reason, ?), exit_code = ?, ended = ? WHERE job_id = ?",
-                (status, why, code, ended, args.job),
+                "status = CASE WHEN status = 'running' OR ? = 'finished' THEN ? ELSE status END, "
+                "reason = CASE WHEN ? = 'finished' THEN NULL ELSE COALESCE(reason, ?) END, "
+                "exit_code = ?, ended = ? WHERE job_id = ?",
+                (status, status, status, why, code, ended, args.job),
+            )
+        row = store.connection.execute(
+            "SELECT started, estimated_s, target FROM agent_jobs WHERE job_id = ?", (args.job,)
+        ).fetchone()
+        with store.connection:  # the ledger ends when the job's process ended
+            store.connection.execute(
+                "UPDATE agent_ledger SET ended = ? WHERE item = ?", (ended, args.job)
             )
         close_item(store, args.job, ended)
-        store.audit_end(args.audit, code, Path(args.log).stat().st_size)
+        size = Path(args.log).stat().st_size
+        if row is not None:
+            actual = ended - float(row[0])
+            estimated = "unknown" if row[1] is None else f"{float(row[1]):.1f} s"
+            line = f"evalsweep: took {actual:.1f} s, estimated {estimated}\n".encode()
+            with open(args.log, "ab") as log:
+                log.write(line)
+            size += len(line)
+            if reason == "deadline" and code != 0:
+                store.audit_event(
+                    "stop",
+                    f"stop job {args.job}: its supervisor stopped it at its deadline",
+                    target=row[2],
+                    detail={"job": args.job},
+                )
+        store.audit_end(args.audit, code, size)
 
 
 if __name__ == "__main__":

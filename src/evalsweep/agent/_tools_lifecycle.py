@@ -9,27 +9,33 @@ ledger. (Annotations are evaluated at definition time on purpose; see ``_state``
 """
 
 import functools
-from typing import Any
+from typing import Annotated, Any
 
 import anyio
 import anyio.to_thread
 from mcp.server.mcpserver import Context
+from pydantic import Field
 
 from evalsweep.agent import _ledger as ledger
 from evalsweep.agent._approvals import check_gate, refuse
 from evalsweep.agent._models import ActionDone, QuoteOut
 from evalsweep.agent._quotes import GateError, create_quote, params_hash
 from evalsweep.agent._state import SPEND, WRITE, AgentState, ToolRegistrar
-from evalsweep.errors import TargetError
+from evalsweep.errors import EvalsweepError, TargetError
 
 ACTIONS = ("deploy", "stop", "start", "terminate")
+QuoteId = Annotated[str, Field(description="The quote_id quote_action returned for this action")]
 
 
 def register_lifecycle_tools(state: AgentState, tool: ToolRegistrar, consent_type: Any) -> None:
     """Add quote_action, deploy, stop, start and terminate to the server ``tool`` registers with."""
 
     @tool(WRITE)  # records a quote; changes no machine
-    async def quote_action(target: str, action: str) -> QuoteOut:
+    async def quote_action(
+        ctx: Context,
+        target: Annotated[str, Field(description="A target whose list_targets row has lifecycle")],
+        action: Annotated[str, Field(description="deploy, stop, start or terminate")],
+    ) -> QuoteOut:
         """Price preview of deploy, stop, start or terminate on a target that has a lifecycle."""
         chosen = state.lifecycle_target(target)
         if action not in ACTIONS:
@@ -52,7 +58,7 @@ def register_lifecycle_tools(state: AgentState, tool: ToolRegistrar, consent_typ
                 "hardware": info.hardware,
                 "effect": effect,
                 "estimated_seconds": 3600.0 if bills else 0.0,
-                "max_cost": rate * state.settings.max_job_hours if bills else 0.0,
+                "max_cost": state.worst_case(rate, state.connection(ctx)) if bills else 0.0,
             },
             hourly_rate=rate,
             estimated_cost=rate if bills else 0.0,
@@ -63,6 +69,7 @@ def register_lifecycle_tools(state: AgentState, tool: ToolRegistrar, consent_typ
 
     async def act(action: str, quote_id: str, consent: Any, ctx: Context) -> ActionDone:
         store = state.store
+        state.check_quote_id(quote_id)
         state.apply_consent(quote_id, consent)
         quote = state.load_or_refuse(quote_id)
         state.pre_gate(quote, "lifecycle", action)
@@ -73,54 +80,62 @@ def register_lifecycle_tools(state: AgentState, tool: ToolRegistrar, consent_typ
                 store, quote_id, quote.target, f"{action}: target has no lifecycle"
             ) from None
         connection = state.connection(ctx)
-        if action in ("deploy", "start"):
+        item = f"{quote.target}:{action}:{quote_id}"
+        bills = action in ("deploy", "start")
+        if bills:  # the machine's worst case is reserved before it is asked for
             try:
-                state.jobs.check_budget(connection, quote.estimated_cost, quote.hourly_rate)
+                state.jobs.reserve(
+                    item, connection, quote.target, quote.hourly_rate, quote.estimated_cost,
+                    "machine",
+                )  # fmt: skip
             except GateError as exc:
                 raise refuse(store, quote_id, quote.target, str(exc)) from None
         wanted = {"kind": "lifecycle", "target": quote.target, "action": action}
-        check_gate(store, quote_id, kind="lifecycle", current_hash=params_hash(wanted),
-                   used_by=action)  # fmt: skip
-        outcome = await anyio.to_thread.run_sync(
-            functools.partial(state.run_lifecycle, quote.target, action)
-        )
+        try:
+            check_gate(store, quote_id, kind="lifecycle", current_hash=params_hash(wanted),
+                       used_by=action)  # fmt: skip
+            outcome = await anyio.to_thread.run_sync(
+                functools.partial(state.run_lifecycle, quote.target, action)
+            )
+        except BaseException as exc:
+            if bills:
+                ledger.release(store, item)
+            if isinstance(exc, EvalsweepError) and not isinstance(exc, GateError):
+                store.audit_event(
+                    "lifecycle",
+                    state.secrets.redact(f"{action} {quote.target} failed: {exc}"),
+                    target=quote.target,
+                    detail={"quote": quote_id, "connection": connection, "error": True},
+                )
+            raise
         store.audit_event(
             "lifecycle",
             f"{action} {quote.target}: {outcome}",
             target=quote.target,
             detail={"quote": quote_id, "connection": connection},
         )
-        if action in ("deploy", "start"):
-            ledger.open_item(
-                store,
-                f"{quote.target}:{action}:{quote_id}",
-                kind="machine",
-                connection=connection,
-                target=quote.target,
-                hourly_rate=quote.hourly_rate,
-            )
-        else:
-            for item in ledger.open_items(store):
-                if item[1] == "machine" and item[3] == quote.target:
-                    ledger.close_item(store, item[0])
+        if not bills:
+            for open_item in ledger.open_items(store):
+                if open_item[1] == "machine" and open_item[3] == quote.target:
+                    ledger.close_item(store, open_item[0])
         return ActionDone(target=quote.target, action=action, quote_id=quote_id, result=outcome)
 
     @tool(SPEND)
-    async def deploy(quote_id: str, consent: consent_type, ctx: Context) -> ActionDone:
+    async def deploy(quote_id: QuoteId, consent: consent_type, ctx: Context) -> ActionDone:
         """Deploy (create) the quoted target's machine; needs an approved quote_action quote."""
         return await act("deploy", quote_id, consent, ctx)
 
     @tool(SPEND)
-    async def stop(quote_id: str, consent: consent_type, ctx: Context) -> ActionDone:
+    async def stop(quote_id: QuoteId, consent: consent_type, ctx: Context) -> ActionDone:
         """Stop the quoted target's machine (disk kept); needs an approved quote_action quote."""
         return await act("stop", quote_id, consent, ctx)
 
     @tool(SPEND)
-    async def start(quote_id: str, consent: consent_type, ctx: Context) -> ActionDone:
+    async def start(quote_id: QuoteId, consent: consent_type, ctx: Context) -> ActionDone:
         """Start the quoted target's stopped machine; needs an approved quote_action quote."""
         return await act("start", quote_id, consent, ctx)
 
     @tool(SPEND)
-    async def terminate(quote_id: str, consent: consent_type, ctx: Context) -> ActionDone:
+    async def terminate(quote_id: QuoteId, consent: consent_type, ctx: Context) -> ActionDone:
         """Destroy the quoted target's machine; needs an approved quote_action quote."""
         return await act("terminate", quote_id, consent, ctx)

@@ -9,15 +9,23 @@ import functools
 import json
 import time
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import anyio
 import anyio.to_thread
 from mcp.server.mcpserver import Context
+from pydantic import Field
 
 from evalsweep.agent import _ledger as ledger
 from evalsweep.agent._approvals import check_gate, refuse
-from evalsweep.agent._estimate import estimated_seconds, plan_work, remaining_work, throughput
+from evalsweep.agent._estimate import (
+    estimated_seconds,
+    hardware_kind,
+    plan_work,
+    remaining_work,
+    throughput,
+)
+from evalsweep.agent._inputs import JOB_ID, InputError, check_id, check_sweep
 from evalsweep.agent._models import (
     Cancelled,
     JobList,
@@ -39,8 +47,37 @@ from evalsweep.agent._views import headline, table_text
 from evalsweep.compute import LifecycleTarget
 from evalsweep.errors import EvalsweepError, TargetError
 
-#: Room left in a capped result for the JSON around a log page.
-PAGE_OVERHEAD = 2_000
+Checkpoints = Annotated[
+    list[str],
+    Field(description="Checkpoints to compare: folders, org/name or org/name@revision"),
+]
+Tasks = Annotated[
+    list[str], Field(description="Task names from list_tasks, e.g. mmlu, gsm8k, mmlu_anatomy")
+]
+TargetName = Annotated[str, Field(description="Where to run: a name from list_targets")]
+Gpu = Annotated[
+    str | None,
+    Field(
+        description="On 'local' only: the device, cpu, cuda or cuda:N (default: what is "
+        "there). Other targets run on their configured hardware."
+    ),
+]
+Limit = Annotated[
+    int | None, Field(description="Only the first N documents of each task (a small trial)")
+]
+Fewshot = Annotated[
+    int | None, Field(description="Few-shot examples per prompt (default: each task's own)")
+]
+QuoteId = Annotated[str, Field(description="The quote_id a quote returned")]
+JobId = Annotated[str, Field(description="The job_id start_sweep returned")]
+Offset = Annotated[
+    int, Field(description="Where to start: 0, then the next_offset of the previous page")
+]
+Subjects = Annotated[bool, Field(description="Also show the per-subject table (MMLU)")]
+
+
+def _restated(description: str) -> Any:
+    return Field(description=f"Optional: must equal the quote's {description}, else refused")
 
 
 def register_sweep_tools(state: AgentState, tool: ToolRegistrar, consent_type: Any) -> None:
@@ -93,11 +130,18 @@ def register_sweep_tools(state: AgentState, tool: ToolRegistrar, consent_type: A
         limit: int | None,
         num_fewshot: int | None,
     ) -> tuple[dict[str, Any], Any]:
+        """The quote's parameters: each one changes the job, and the price follows the job."""
+        check_sweep(checkpoints, tasks, limit, num_fewshot)
         info = state.target(target).info()
         if info.kind == "local":
             device = gpu or "auto"
             if not (device in ("auto", "cpu", "cuda") or device.startswith("cuda:")):
-                raise TargetError(f"gpu {gpu!r}: on 'local' use cpu, cuda or cuda:N")
+                raise InputError("gpu: on 'local' use cpu, cuda or cuda:N")
+        elif gpu is not None:
+            raise InputError(
+                f"gpu applies to 'local' only: target {target} runs on its configured hardware "
+                f"({info.hardware}); leave gpu out"
+            )
         else:
             device = "auto"
         work = await anyio.to_thread.run_sync(
@@ -128,28 +172,28 @@ def register_sweep_tools(state: AgentState, tool: ToolRegistrar, consent_type: A
 
     @tool(WRITE)  # records a quote; starts nothing
     async def quote_sweep(
-        checkpoints: list[str],
-        tasks: list[str],
-        target: str = "local",
-        gpu: str | None = None,
-        limit: int | None = None,
-        num_fewshot: int | None = None,
+        ctx: Context,
+        checkpoints: Checkpoints,
+        tasks: Tasks,
+        target: TargetName = "local",
+        gpu: Gpu = None,
+        limit: Limit = None,
+        num_fewshot: Fewshot = None,
     ) -> QuoteOut:
         """Price preview of a sweep: hardware, hourly rate, estimated time and cost, a quote_id.
 
-        checkpoints: folders, org/name or org/name@revision. tasks: e.g. mmlu, gsm8k,
-        mmlu_abstract_algebra. limit: first N documents per task (a small trial).
-        The quote covers exactly these parameters, is used once and expires.
+        The price is for exactly the job that will run (same command, same hardware,
+        the checkpoints' real sizes). The quote covers exactly these parameters, is
+        used once and expires.
         """
         params, work = await sweep_params(checkpoints, tasks, target, gpu, limit, num_fewshot)
         info = state.target(target).info()
         rate = state.rate(target)
-        kind = work.device_type if info.kind == "local" else ("cuda" if gpu else "cpu")
+        kind = hardware_kind(info.kind, info.hardware, work.device_type)
         tps, source = throughput(state.store, state.settings, target, kind)
         todo, loads = remaining_work(state.store, work.plan)
         seconds = estimated_seconds(todo, loads, tps, state.settings)
         cost = rate * seconds / 3600.0
-        max_cost = rate * state.settings.max_job_hours
         needs = state.needs_approval(target, rate)
         quote = create_quote(
             state.store,
@@ -158,8 +202,9 @@ def register_sweep_tools(state: AgentState, tool: ToolRegistrar, consent_type: A
             params=params,
             preview={
                 "hardware": info.hardware,
+                "hardware_kind": kind,
                 "estimated_seconds": seconds,
-                "max_cost": max_cost,
+                "max_cost": state.worst_case(rate, state.connection(ctx)),
                 "currency": info.currency,
                 "requests": work.requests,
                 "prompt_tokens": work.prompt_tokens,
@@ -169,6 +214,8 @@ def register_sweep_tools(state: AgentState, tool: ToolRegistrar, consent_type: A
                 "checkpoint_loads": loads,
                 "plan": work.plan,
                 "tasks": work.tasks,
+                "identities": work.identities,
+                "connection": state.connection(ctx),
                 "throughput": tps,
                 "throughput_source": source,
             },
@@ -181,23 +228,24 @@ def register_sweep_tools(state: AgentState, tool: ToolRegistrar, consent_type: A
 
     @tool(SPEND)
     async def start_sweep(
-        quote_id: str,
+        quote_id: QuoteId,
         consent: consent_type,
         ctx: Context,
-        checkpoints: list[str] | None = None,
-        tasks: list[str] | None = None,
-        target: str | None = None,
-        gpu: str | None = None,
-        limit: int | None = None,
-        num_fewshot: int | None = None,
+        checkpoints: Annotated[list[str] | None, _restated("checkpoints")] = None,
+        tasks: Annotated[list[str] | None, _restated("tasks")] = None,
+        target: Annotated[str | None, _restated("target")] = None,
+        gpu: Annotated[str | None, _restated("gpu")] = None,
+        limit: Annotated[int | None, _restated("limit")] = None,
+        num_fewshot: Annotated[int | None, _restated("num_fewshot")] = None,
     ) -> JobStarted:
         """Start the quoted sweep as a background job; returns a job_id at once.
 
         Only quote_id is needed. Parameters given here must equal the quote's: a
         changed parameter, an expired or reused quote is refused. Paid work needs
-        the person's approval and must fit the spend limits.
+        the person's approval, and reserves its worst case within the spend limits.
         """
         store = state.store
+        state.check_quote_id(quote_id)
         approved_by = state.apply_consent(quote_id, consent)
         quote = state.load_or_refuse(quote_id)
         restated = {
@@ -214,8 +262,7 @@ def register_sweep_tools(state: AgentState, tool: ToolRegistrar, consent_type: A
                     store,
                     quote_id,
                     quote.target,
-                    f"start_sweep: {key}={value!r} differs from quote {quote_id} "
-                    f"({quote.params.get(key)!r}); quote again for new parameters",
+                    f"{key} differs from quote {quote_id}; quote again for new parameters",
                 )
         state.pre_gate(quote, "sweep", "start_sweep")
         q = quote.params
@@ -224,23 +271,31 @@ def register_sweep_tools(state: AgentState, tool: ToolRegistrar, consent_type: A
                 q["checkpoints"], q["tasks"], q["target"], q["gpu"], q["limit"], q["num_fewshot"]
             )
         except EvalsweepError as exc:
-            raise refuse(store, quote_id, quote.target, f"start_sweep: {exc}") from None
+            raise refuse(store, quote_id, quote.target, str(exc)) from None
         connection = state.connection(ctx)
+        todo, loads = remaining_work(store, work.plan)
+        job_id = state.jobs.new_id()
         try:
-            state.jobs.check_budget(connection, quote.estimated_cost, quote.hourly_rate)
+            reservation = state.jobs.reserve(
+                job_id, connection, quote.target, quote.hourly_rate, quote.estimated_cost, "job"
+            )
         except GateError as exc:
             raise refuse(store, quote_id, quote.target, str(exc)) from None
-        quote = check_gate(
-            store,
-            quote_id,
-            kind="sweep",
-            current_hash=params_hash(now_params),
-            used_by="start_sweep",
-        )
-        todo, loads = remaining_work(store, work.plan)
-        job_id = state.jobs.start(
+        try:
+            quote = check_gate(
+                store,
+                quote_id,
+                kind="sweep",
+                current_hash=params_hash(now_params),
+                used_by="start_sweep",
+            )
+        except BaseException:
+            ledger.release(store, job_id)
+            raise
+        state.jobs.start(
             quote,
             connection,
+            reservation,
             store_path=state.store_path,
             data_dir=q["data_dir"],
             plan=work.plan,
@@ -252,88 +307,125 @@ def register_sweep_tools(state: AgentState, tool: ToolRegistrar, consent_type: A
             quote_id=quote_id,
             status="running",
             approved_by=approved_by or quote.approved_by,
+            reserved_usd=round(reservation.reserved_usd, 6),
+            deadline=reservation.deadline,
         )
 
     @tool(READ)
-    async def job_status(job_id: str) -> JobStatus:
-        """A job's state, progress (documents in the store), elapsed time and spend so far."""
+    async def job_status(job_id: JobId) -> JobStatus:
+        """A job's state, documents done per (checkpoint, task), elapsed time, spend so far."""
+        check_id(job_id, JOB_ID, "job_id")
         return JobStatus(**state.jobs.status(job_id))
 
     @tool(READ)
     async def list_jobs() -> JobList:
-        """The most recent jobs of this store, newest first."""
-        return JobList(jobs=[JobStatus(**j) for j in state.jobs.recent(20)])
+        """The most recent jobs of this store, newest first (as many as fit the cap)."""
+        jobs = [JobStatus(**j) for j in state.jobs.recent(20)]
+        while jobs and not state.fits(JobList(jobs=jobs)):
+            jobs.pop()
+        return JobList(jobs=jobs)
 
     @tool(READ)
-    async def job_logs(job_id: str, offset: int = 0, max_bytes: int = 20_000) -> LogPage:
-        """A page of a job's full log, from byte ``offset``; pass next_offset to read on."""
-        cap = max(state.settings.max_result_bytes - PAGE_OVERHEAD, 1_000) // 2
-        text, next_offset, size = state.jobs.logs(job_id, offset, min(max_bytes, cap))
-        return LogPage(
-            job_id=job_id,
-            offset=offset,
-            next_offset=next_offset,
-            log_bytes=size,
-            eof=next_offset >= size,
-            text=text,
-        )
+    async def job_logs(
+        job_id: JobId,
+        offset: Offset = 0,
+        max_bytes: Annotated[
+            int, Field(description="Most bytes of log in this page (1+)")
+        ] = 20_000,
+    ) -> LogPage:
+        """A page of a job's full log, from byte ``offset``; pass next_offset to read on.
+
+        A page is shortened until the whole result fits the result cap.
+        """
+        check_id(job_id, JOB_ID, "job_id")
+        if max_bytes < 1:
+            raise InputError("max_bytes must be 1 or more")
+        want = min(max_bytes, state.result_cap)
+        while True:
+            text, next_offset, size = state.jobs.logs(job_id, offset, want)
+            page = LogPage(
+                job_id=job_id,
+                offset=offset,
+                next_offset=next_offset,
+                log_bytes=size,
+                eof=next_offset >= size,
+                text=text,
+            )
+            if state.fits(page):
+                return page
+            if want == 1:
+                raise InputError("the result cap is too small for one byte of log")
+            want = max(want // 2, 1)
 
     @tool(WRITE)
-    async def cancel_job(job_id: str) -> Cancelled:
+    async def cancel_job(job_id: JobId) -> Cancelled:
         """Stop a running job (its whole process group); billing stops now."""
+        check_id(job_id, JOB_ID, "job_id")
         stopped = state.jobs.cancel(job_id)
         return Cancelled(job_id=job_id, stopped=stopped, status=state.jobs.row(job_id)["status"])
 
     @tool(READ)
-    async def results_table(job_id: str, subjects: bool = False) -> ResultsTable:
-        """The finished job's side-by-side table with verdicts, as text and as data."""
+    async def results_table(
+        job_id: JobId, subjects: Subjects = False, offset: Offset = 0
+    ) -> ResultsTable:
+        """The finished job's side-by-side table with verdicts, as text and as data.
+
+        A table larger than the result cap comes in pages: pass next_offset.
+        """
+        check_id(job_id, JOB_ID, "job_id")
         job = state.jobs.refresh(job_id)
         path = Path(job["out_dir"]) / "results.json"
         if job["status"] != "finished" or not path.is_file():
             raise TargetError(f"job {job_id} is {job['status']}; results come when it finished")
         document = json.loads(path.read_text())
         results, comparisons = headline(document)
-        return ResultsTable(
-            text=table_text(document, subjects),
-            results=results,
-            comparisons=comparisons,
-            baseline=comparisons[0]["baseline"] if comparisons else None,
+        baseline = comparisons[0]["baseline"] if comparisons else None
+        return state.table_page(
+            table_text(document, subjects), results, comparisons, baseline, offset
         )
 
     @tool(READ)
     async def compare(
-        checkpoints: list[str],
-        tasks: list[str],
-        num_fewshot: int | None = None,
-        baseline: str | None = None,
-        subjects: bool = False,
+        checkpoints: Checkpoints,
+        tasks: Tasks,
+        num_fewshot: Fewshot = None,
+        baseline: Annotated[
+            str | None, Field(description="The checkpoint the others are compared with")
+        ] = None,
+        subjects: Subjects = False,
+        offset: Offset = 0,
     ) -> ResultsTable:
         """Compare stored results of checkpoints (from any runs) without calling a model."""
         from evalsweep.comparison import compare_results, pick_baseline
         from evalsweep.engine import stored_sweep
         from evalsweep.report import results_document
 
+        check_sweep(checkpoints, tasks, None, num_fewshot)
         chosen = pick_baseline(list(checkpoints), baseline)
         result = stored_sweep(state.store, list(checkpoints), list(tasks), num_fewshot)
         found = [c.to_dict() for c in compare_results(result, chosen)]
         document = results_document(result, ["mcp:compare"], found)
         results, comparisons = headline(document)
-        return ResultsTable(
-            text=table_text(document, subjects),
-            results=results,
-            comparisons=comparisons,
-            baseline=chosen,
+        return state.table_page(
+            table_text(document, subjects), results, comparisons, chosen, offset
         )
 
     @tool(READ)
     async def spend(ctx: Context) -> Spend:
-        """Spend so far (this connection and global) and the limits, which are read-only."""
+        """Spend so far and reserved by running work (this connection and global), what the
+        limits leave, and the limits, which are read-only."""
         connection = state.connection(ctx)
         since = time.time() - state.settings.global_window_days * 86400
+        limits = state.settings.ledger_limits()
         return Spend(
             connection=connection,
             connection_spent_usd=round(ledger.spent(state.store, connection=connection), 6),
+            connection_reserved_usd=round(
+                ledger.outstanding(state.store, connection=connection), 6
+            ),
             global_spent_usd=round(ledger.spent(state.store, since=since), 6),
+            global_reserved_usd=round(ledger.outstanding(state.store), 6),
+            left_usd=round(max(ledger.left(state.store, limits, connection), 0.0), 6),
             running_usd_per_hour=ledger.running_rate(state.store),
             limits=state.settings.limits(),
         )
@@ -342,5 +434,3 @@ def register_sweep_tools(state: AgentState, tool: ToolRegistrar, consent_type: A
     async def list_secrets() -> SecretNames:
         """Names of the secrets jobs receive as environment variables (never their values)."""
         return SecretNames(names=state.secrets.names())
-
-    # -- lifecycle ----------------------------------------------------------------------------

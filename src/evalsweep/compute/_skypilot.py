@@ -76,6 +76,9 @@ class SkyPilotTarget:
     _quote: Quote | None = field(default=None, init=False, repr=False)
     _watchdog: threading.Timer | None = field(default=None, init=False, repr=False)
     _meter: SpendMeter | None = field(default=None, init=False, repr=False)
+    #: Whether SkyPilot's local API server was already running before this target used it
+    #: (None until it does): ``close`` stops it only when this process started it.
+    _api_before: bool | None = field(default=None, init=False, repr=False)
 
     # -- price ------------------------------------------------------------------------------
 
@@ -210,7 +213,24 @@ class SkyPilotTarget:
             sky.stream_and_get(calls[action]())
 
     def _sky_errors(self, action: str) -> Any:
+        if self._api_before is None:
+            self._api_before = _local_api_running()
         return _SkyErrors(self.name, self.cluster, action)
+
+    def close(self) -> None:
+        """Stop what this target's SkyPilot calls started: the local API server, when it
+        was not running before (a server someone else runs is left alone)."""
+        if self._api_before is not False or not _local_api_running():
+            return
+        sky = _sky(self.name)
+        text = "sky.api_stop()"
+        with contextlib.suppress(Exception), self._sky_errors("api_stop"):
+            if self.store is not None:
+                with self._runner().call("api_stop", text):
+                    sky.api_stop()
+            else:
+                sky.api_stop()
+        self._api_before = None
 
     def start_watchdog(self) -> None:
         """Terminate at the deadline even if SkyPilot's own autostop never fires."""
@@ -264,6 +284,20 @@ class SkyPilotTarget:
             "spend": meter.as_dict(),
         }
         return ran
+
+
+def _local_api_running() -> bool:
+    """Whether a SkyPilot API server runs on this machine (False without SkyPilot)."""
+    try:
+        from sky.server import common
+    except ImportError:
+        return False
+    try:
+        if not common.is_api_server_local():
+            return False
+        return bool(common.get_api_server_status().status.value == "healthy")
+    except Exception:  # SkyPilot's own errors: treat as not running
+        return False
 
 
 def _sky(name: str) -> Any:
