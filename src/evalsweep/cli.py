@@ -938,16 +938,24 @@ def secrets_remove(name: str, debug: bool) -> None:
     type=click.Path(file_okay=False, path_type=Path),
     help="Where to build the demo checkpoints (default: a temporary folder).",
 )
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the training run.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result document as JSON.")
 @no_color_option
 @click.option("--debug", is_flag=True, help="Show tracebacks.")
 @user_errors
-def demo(workdir: Path | None, as_json: bool, debug: bool) -> None:
-    """Offline demo: build three small checkpoints and compare them on MMLU and GSM8K slices."""
+def demo(workdir: Path | None, seed: int, as_json: bool, debug: bool) -> None:
+    """Offline demo: train a tiny model in three lessons and catch the checkpoint that regressed.
+
+    Lesson 1 teaches half of an MMLU slice, lesson 2 all of it, lesson 3 only an
+    ARC-Easy slice (so the model forgets MMLU). The three checkpoints are then
+    compared on both slices by the same pipeline and statistics as `evalsweep run`.
+    """
     from evalsweep.demo import run_demo
 
-    document = run_demo(workdir, console=stderr, quiet=as_json)
+    document = run_demo(workdir, console=stderr, quiet=as_json, seed=seed)
     _show(document, as_json, subjects=True)
+    if not as_json:
+        _say(document["demo"]["verdict"], style="bold")
 
 
 if __name__ == "__main__":  # pragma: no cover
