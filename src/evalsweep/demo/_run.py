@@ -37,6 +37,7 @@ DATA = Path(__file__).parent / "data"
 MMLU_SUBJECTS = ("elementary_mathematics", "high_school_geography", "marketing", "world_religions")
 BATCH = 16
 LEARNING_RATE = 3e-3
+WIDTH = 64
 
 
 @dataclass(frozen=True)
@@ -52,7 +53,7 @@ class Lesson:
 
 LESSONS = (
     Lesson("the first half of the MMLU slice's questions, with their answers", "mmlu-half", 40),
-    Lesson("the whole MMLU slice, with answers", "mmlu", 60),
+    Lesson("the whole MMLU slice, with answers", "mmlu", 50),
     Lesson("the ARC-Easy slice only, with answers (no MMLU)", "arc_easy", 100),
 )
 
@@ -117,7 +118,7 @@ def train_checkpoints(
     transformers.logging.set_verbosity_error()
     examples = lesson_examples()
     tokenizer = build_tokenizer(demo_corpus(examples), vocab_size=1024)
-    start = build_checkpoint(workdir / "init", tokenizer, n_layer=2, width=128, seed=seed)
+    start = build_checkpoint(workdir / "init", tokenizer, n_layer=2, width=WIDTH, seed=seed)
     model = AutoModelForCausalLM.from_pretrained(start)
     torch.manual_seed(seed)
     draw = random.Random(seed)
