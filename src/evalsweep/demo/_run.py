@@ -120,6 +120,24 @@ def train_checkpoints(
     tokenizer = build_tokenizer(demo_corpus(examples), vocab_size=1024)
     start = build_checkpoint(workdir / "init", tokenizer, n_layer=2, width=WIDTH, seed=seed)
     model = AutoModelForCausalLM.from_pretrained(start)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # a 64-wide model: one thread is as fast, and no spinning on 2 cores
+    try:
+        return _train(model, tokenizer, examples, workdir, seed, lessons)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _train(
+    model: Any,
+    tokenizer: Any,
+    examples: dict[str, list[tuple[str, str]]],
+    workdir: Path,
+    seed: int,
+    lessons: Sequence[Lesson],
+) -> list[Path]:
+    import torch
+
     torch.manual_seed(seed)
     draw = random.Random(seed)
     optimizer = torch.optim.AdamW(model.parameters(), lr=LEARNING_RATE)
