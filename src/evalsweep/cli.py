@@ -24,9 +24,39 @@ from evalsweep import __version__
 from evalsweep.errors import EvalsweepError
 
 F = TypeVar("F", bound=Callable[..., Any])
-# Messages carry ids and paths: no colour guessed from their digits.
-stdout = Console(highlight=False)
-stderr = Console(stderr=True)
+
+
+def _console(*, to_stderr: bool, color: bool) -> Console:
+    """A console for stdout or stderr; without colour it writes no escape codes at all."""
+    # Messages carry ids and paths: no colour guessed from their digits.
+    return Console(stderr=to_stderr, highlight=False, color_system="auto" if color else None)
+
+
+def _color_allowed() -> bool:
+    """Colour unless NO_COLOR is set to a non-empty value (https://no-color.org)."""
+    return not os.environ.get("NO_COLOR")
+
+
+stdout = _console(to_stderr=False, color=_color_allowed())
+stderr = _console(to_stderr=True, color=_color_allowed())
+
+
+def _no_color(ctx: click.Context, param: click.Parameter, value: bool) -> None:
+    """``--no-color``: both consoles stop writing escape codes, from here on."""
+    global stdout, stderr
+    if value:
+        stdout = _console(to_stderr=False, color=False)
+        stderr = _console(to_stderr=True, color=False)
+
+
+no_color_option = click.option(
+    "--no-color",
+    is_flag=True,
+    expose_value=False,
+    is_eager=True,
+    callback=_no_color,
+    help="No colours or other escape codes in the output (as NO_COLOR=1 does).",
+)
 
 
 def _fail(message: str, code: int) -> None:
@@ -88,6 +118,7 @@ def _batch_size(value: str) -> int | None:
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="evalsweep")
+@no_color_option
 def main() -> None:
     """Did this checkpoint really get better?
 
@@ -199,6 +230,7 @@ def main() -> None:
 @click.option(
     "--env-stdin", is_flag=True, hidden=True, help="Read secret environment variables from stdin."
 )
+@no_color_option
 @click.option("--debug", is_flag=True, help="Show tracebacks.")
 @user_errors
 def run(
@@ -243,7 +275,7 @@ def run(
     from evalsweep.compute import LineProgress, SweepJob, get_target, run_arguments, run_on_target
     from evalsweep.engine import ChatOptions, SweepSpec
     from evalsweep.models import BackendOptions
-    from evalsweep.report import RichProgress, write_outputs
+    from evalsweep.report import progress_display, write_outputs
     from evalsweep.store import Store, default_store_path
 
     received = _environment_from_stdin() if env_stdin else []
@@ -278,7 +310,7 @@ def run(
     job = SweepJob(spec, run_arguments(checkpoints, tasks, params), baseline)
     with Store(store or default_store_path()) as results_store:
         where = get_target(target, store=results_store)
-        bars = RichProgress(stderr, enabled=not as_json or sys.stderr.isatty())
+        bars = progress_display(stderr, enabled=not as_json or sys.stderr.isatty())
         with bars as shown:
             progress = LineProgress() if progress_lines else shown
             document, result = run_on_target(where, job, results_store, progress, sys.argv)
@@ -311,14 +343,38 @@ def _environment_from_stdin() -> list[str]:
 
 
 def _show(document: dict[str, Any], as_json: bool, subjects: bool) -> None:
-    from evalsweep.report import render_subject_table, render_table
+    """The table (and per-subject table), then the verdict in words under them."""
+    from evalsweep.report import render_subject_table, render_summary, render_table
 
     if as_json:
         click.echo(json.dumps(document, indent=2, default=str))
         return
-    stdout.print(render_table(document["results"], document["comparisons"]))
+    _print_whole(render_table(document["results"], document["comparisons"]))
     if subjects:
-        stdout.print(render_subject_table(document["results"], document["comparisons"]))
+        _print_whole(render_subject_table(document["results"], document["comparisons"]))
+    summary = render_summary(document)
+    if summary.plain:
+        stdout.print(summary, soft_wrap=True)
+
+
+def _print_whole(renderable: Any) -> None:
+    """Print a table; into a file or pipe at the width it needs, so no name is ever cut.
+
+    A terminal has a real width (and the tables fold, not cut, what does not fit);
+    a CI log or a captured stdout has none, and squeezing to rich's default 80
+    columns would shorten checkpoint paths and task names.
+    """
+    if stdout.is_terminal:
+        stdout.print(renderable)
+        return
+    wide = stdout.options.update_width(100_000)
+    needed = stdout.measure(renderable, options=wide).maximum
+    previous = stdout.width
+    stdout.width = max(needed, 1)
+    try:
+        stdout.print(renderable)
+    finally:
+        stdout.width = previous
 
 
 store_option = click.option(
@@ -350,6 +406,7 @@ def _open_existing_store(store: Path | None) -> Any:
 )
 @store_option
 @click.option("--json", "as_json", is_flag=True, help="Print the result document as JSON.")
+@no_color_option
 @click.option("--debug", is_flag=True, help="Show tracebacks.")
 @user_errors
 def compare(
@@ -393,6 +450,7 @@ def compare(
 @click.option("--max", "max_rows", type=int, default=50, show_default=True, help="Rows to show.")
 @store_option
 @click.option("--json", "as_json", is_flag=True, help="Print all flips as JSON.")
+@no_color_option
 @click.option("--debug", is_flag=True, help="Show tracebacks.")
 @user_errors
 def flips(
@@ -545,6 +603,7 @@ def report(
 )
 @store_option
 @click.option("--json", "as_json", is_flag=True, help="Print the whole result as JSON.")
+@no_color_option
 @click.option("--debug", is_flag=True, help="Show tracebacks.")
 @user_errors
 def code_eval(
@@ -572,13 +631,13 @@ def code_eval(
     """
     from evalsweep.compute import code_eval as run_code_eval
     from evalsweep.datafiles import display_path
-    from evalsweep.report import RichProgress
+    from evalsweep.report import progress_display
     from evalsweep.store import Store, default_store_path
 
     k_values = _k_values(ks)
     if timeout <= 0:
         raise click.BadParameter("--timeout must be positive")
-    with RichProgress(stderr, enabled=not as_json) as bars:
+    with progress_display(stderr, enabled=not as_json) as bars:
         shown = {"done": -1}
 
         def progress(done: int, total: int) -> None:
@@ -750,6 +809,7 @@ def list_tasks_command(as_json: bool) -> None:
 
 @main.command("targets")
 @click.option("--json", "as_json", is_flag=True, help="Print the targets as JSON.")
+@no_color_option
 @click.option("--debug", is_flag=True, help="Show tracebacks.")
 @user_errors
 def targets_command(as_json: bool, debug: bool) -> None:
@@ -875,6 +935,7 @@ def import_results(pieces: tuple[Path, ...], store: Path | None, debug: bool) ->
 @click.option("--target", help="Only entries for this target.")
 @store_option
 @click.option("--json", "as_json", is_flag=True, help="Print the entries as JSON.")
+@no_color_option
 @click.option("--debug", is_flag=True, help="Show tracebacks.")
 @user_errors
 def audit(
@@ -1021,15 +1082,24 @@ def secrets_remove(name: str, debug: bool) -> None:
     type=click.Path(file_okay=False, path_type=Path),
     help="Where to build the demo checkpoints (default: a temporary folder).",
 )
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the training run.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result document as JSON.")
+@no_color_option
 @click.option("--debug", is_flag=True, help="Show tracebacks.")
 @user_errors
-def demo(workdir: Path | None, as_json: bool, debug: bool) -> None:
-    """Offline demo: build three small checkpoints and compare them on MMLU and GSM8K slices."""
+def demo(workdir: Path | None, seed: int, as_json: bool, debug: bool) -> None:
+    """Offline demo: train a tiny model in three lessons and catch the checkpoint that regressed.
+
+    Lesson 1 teaches half of an MMLU slice, lesson 2 all of it, lesson 3 only an
+    ARC-Easy slice (so the model forgets MMLU). The three checkpoints are then
+    compared on both slices by the same pipeline and statistics as `evalsweep run`.
+    """
     from evalsweep.demo import run_demo
 
-    document = run_demo(workdir, console=stderr, quiet=as_json)
+    document = run_demo(workdir, console=stderr, quiet=as_json, seed=seed)
     _show(document, as_json, subjects=True)
+    if not as_json:
+        _say(document["demo"]["verdict"], style="bold")
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -14,6 +14,7 @@ from dataclasses import asdict, dataclass
 from evalsweep.engine import SweepResult
 from evalsweep.errors import ComparisonError
 from evalsweep.stats import Comparison, ScoreSet, compare_sweep
+from evalsweep.tasks import Document
 
 
 def score_sets(result: SweepResult) -> list[ScoreSet]:
@@ -71,6 +72,27 @@ def compare_results(result: SweepResult, baseline: str | None = None) -> list[Co
     return compare_sweep(score_sets(result), pick_baseline(references, baseline))
 
 
+def shown_question(task: object, doc: Document) -> str:
+    """The question a report shows beside a flip, for any task.
+
+    A task that says what to show (a task file's ``doc_to_question``, else its
+    rendered prompt) is asked first; then the row's own ``question`` text (MMLU,
+    GSM8K); then the task's rendered question (ARC, HellaSwag); then a code
+    problem's ``prompt``.
+    """
+    shown = getattr(task, "shown_question", None)
+    if callable(shown):
+        return str(shown(doc.fields))
+    question = doc.fields.get("question")
+    if isinstance(question, str) and question.strip():
+        return question
+    render = getattr(task, "question", None)
+    if callable(render):
+        return str(render(doc.fields))
+    prompt = doc.fields.get("prompt")
+    return str(prompt) if prompt is not None else ""
+
+
 @dataclass(frozen=True)
 class Flip:
     """A question one checkpoint got right and the other wrong."""
@@ -101,6 +123,7 @@ def find_flips(result: SweepResult, baseline: str, candidate: str) -> list[Flip]
                 f"{name!r} is not one of the checkpoints: {', '.join(references)}"
             )
     flips: list[Flip] = []
+    task_of = {name: run.task for name, run in result.task_runs.items()}
     for task in result.task_runs:
         base, cand = by_key[(baseline, task)], by_key[(candidate, task)]
         for doc, b, c in zip(base.documents, base.scored, cand.scored, strict=True):
@@ -112,7 +135,7 @@ def find_flips(result: SweepResult, baseline: str, candidate: str) -> list[Flip]
                     subject=doc.subject,
                     doc_id=doc.doc_id,
                     direction="regressed" if b.correct else "fixed",
-                    question=str(doc.fields.get("question", "")),
+                    question=shown_question(task_of[task], doc),
                     target=b.target,
                     baseline_prediction=b.prediction,
                     candidate_prediction=c.prediction,

@@ -10,14 +10,14 @@ from rich.console import Console
 
 
 def table_text(document: Mapping[str, Any], subjects: bool) -> str:
-    from evalsweep.report import render_subject_table, render_table
+    from evalsweep.report import render_subject_table, render_table, summary_text
 
     buffer = io.StringIO()
     console = Console(file=buffer, width=160, color_system=None, force_terminal=False)
     console.print(render_table(document["results"], document["comparisons"]))
     if subjects:
         console.print(render_subject_table(document["results"], document["comparisons"]))
-    return buffer.getvalue()
+    return buffer.getvalue() + summary_text(document)
 
 
 def headline(document: Mapping[str, Any]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:

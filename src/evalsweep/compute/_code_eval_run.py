@@ -109,6 +109,7 @@ def code_eval(
                 result = evaluate_samples_file(
                     problems, samples, ks=ks, timeout=timeout, results_path=results_path,
                     resume=resume, service=_as_service(service), progress=progress,
+                    warn=warn,
                 )  # fmt: skip
             finally:
                 service.close()

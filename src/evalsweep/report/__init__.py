@@ -8,22 +8,34 @@ from evalsweep.report._document import results_document, sample_lines, write_out
 from evalsweep.report._flips import render_flips
 from evalsweep.report._html import render_html, write_html
 from evalsweep.report._markdown import render_markdown
-from evalsweep.report._progress import RichProgress
+from evalsweep.report._progress import PlainProgress, RichProgress, progress_display
+from evalsweep.report._summary import (
+    SummaryLine,
+    render_summary,
+    summary_text,
+    verdict_summary,
+)
 from evalsweep.report._table import display_names, render_subject_table, render_table
 from evalsweep.report._targets import render_targets
 
 __all__ = [
+    "PlainProgress",
     "RichProgress",
+    "SummaryLine",
     "display_names",
     "render_audit",
     "render_flips",
     "render_html",
     "render_markdown",
     "render_subject_table",
+    "render_summary",
     "render_table",
+    "progress_display",
     "render_targets",
     "results_document",
     "sample_lines",
+    "summary_text",
+    "verdict_summary",
     "write_html",
     "write_outputs",
     "write_text",

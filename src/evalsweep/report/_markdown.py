@@ -13,6 +13,7 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from evalsweep.report._summary import format_p, verdict_summary
 from evalsweep.report._table import SHORT, display_names
 
 MARKS = {
@@ -43,6 +44,9 @@ def render_markdown(
     names = display_names(checkpoints)
     baseline = comparisons[0]["baseline"] if comparisons else None
     parts = [_heading(names, checkpoints, baseline, comparisons)]
+    summary = _summary(document)
+    if summary:
+        parts.append(summary)
     parts.append(_table(results, comparisons, checkpoints, names, baseline))
     subjects = _subject_changes(comparisons, names)
     if subjects:
@@ -57,6 +61,22 @@ def render_markdown(
 
 def _name(names: Mapping[str, str], reference: str | None) -> str:
     return names.get(reference, reference) if reference else "baseline"
+
+
+SUMMARY_MARKS = {"regression": "🔴 ", "improvement": "🟢 ", "note": "⚠️ "}
+
+
+def _summary(document: Mapping[str, Any]) -> str:
+    """The terminal's summary lines, one per line (Markdown hard breaks keep them apart)."""
+    lines = [
+        SUMMARY_MARKS.get(line.kind, "") + _escape(line.text)
+        for line in verdict_summary(document)
+        if line.kind != "legend"
+    ]
+    legend = [line.text for line in verdict_summary(document) if line.kind == "legend"]
+    if legend:
+        lines.append(f"<sub>{_escape(legend[0])}</sub>")
+    return "  \n".join(lines)
 
 
 def _heading(
@@ -256,6 +276,4 @@ def _signed(value: Any) -> str:
 
 
 def _p(value: Any) -> str:
-    if not _finite(value):
-        return "n/a"
-    return f"{value:.2g}" if value < 0.001 else f"{value:.3f}"
+    return format_p(value)

@@ -2,6 +2,8 @@
 
 With comparisons, each candidate's cell also shows its difference from the
 baseline and a verdict mark: red for a regression, green for an improvement.
+Columns fold rather than cut: a name that does not fit wraps onto the next line,
+it never loses its end to an ellipsis.
 Checkpoint, task and subject names go in as :class:`~rich.text.Text` (or
 escaped, in headers), so a name like ``run[v2]`` shows as written.
 """
@@ -56,13 +58,13 @@ def render_table(
     baseline = comparisons[0]["baseline"] if comparisons else None
     names = display_names(checkpoints)
     table = Table(title=title, title_justify="left")
-    table.add_column("checkpoint", style="bold")
+    table.add_column("checkpoint", style="bold", overflow="fold")
     for task, metric in columns:
         n = next(
             (cells[(c, task, metric)]["n"] for c in checkpoints if (c, task, metric) in cells), 0
         )
         header = escape(f"{task}\n{SHORT.get(metric, metric)}\nn={n}")
-        table.add_column(header, justify="right")
+        table.add_column(header, justify="right", overflow="fold")
     for checkpoint in checkpoints:
         label = names[checkpoint] + (" (baseline)" if checkpoint == baseline else "")
         row: list[Text | str] = [Text(label)]
@@ -111,10 +113,10 @@ def render_subject_table(
 
     keys.sort(key=significance)
     table = Table(title="per subject", title_justify="left")
-    table.add_column("task / subject", style="bold")
+    table.add_column("task / subject", style="bold", overflow="fold")
     names = display_names(checkpoints)
     for checkpoint in checkpoints:
-        table.add_column(escape(names[checkpoint]), justify="right")
+        table.add_column(escape(names[checkpoint]), justify="right", overflow="fold")
     for task, subject in keys:
         row: list[Text | str] = [Text(f"{task} / {subject}")]
         for checkpoint in checkpoints:

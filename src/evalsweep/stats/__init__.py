@@ -19,11 +19,13 @@ from evalsweep.stats._sweep import (
     FamilyScope,
     ScoreSet,
     compare_sweep,
+    label_noise_note,
 )
 from evalsweep.stats._validate import Scores
-from evalsweep.stats._verdict import Verdict, decide_verdict
+from evalsweep.stats._verdict import DEFAULT_ALPHA, Verdict, decide_verdict
 
 __all__ = [
+    "DEFAULT_ALPHA",
     "GSM8K_LABEL_NOISE",
     "AdjustMethod",
     "Comparison",
@@ -37,6 +39,7 @@ __all__ = [
     "adjust",
     "compare_sweep",
     "decide_verdict",
+    "label_noise_note",
     "minimum_detectable_effect",
     "pass_at_k",
     "paired_compare",

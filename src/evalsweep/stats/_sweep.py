@@ -20,7 +20,7 @@ from typing import Literal
 from evalsweep.errors import ComparisonError
 from evalsweep.stats._adjust import adjust
 from evalsweep.stats._paired import PairedComparison, paired_compare
-from evalsweep.stats._verdict import Verdict, decide_verdict
+from evalsweep.stats._verdict import DEFAULT_ALPHA, Verdict, decide_verdict
 
 GSM8K_LABEL_NOISE = 0.017
 """Share of GSM8K problems with disputed labels (dataset card, Cobbe et al. App. A);
@@ -162,15 +162,28 @@ def _compare_row(
         ) from None
 
 
+def label_noise_note(task: str, delta: float) -> str | None:
+    """The caution a GSM8K difference within the benchmark's label-noise band carries, or None.
+
+    About 1.7% of GSM8K's problems have disputed labels; on shared labels they can
+    move a paired delta by up to about that much, so a smaller difference (even a
+    significant one) should be checked against the disputed problems.
+    """
+    if task.lower().startswith("gsm8k") and abs(delta) <= GSM8K_LABEL_NOISE:
+        return (
+            f"within the GSM8K label-noise band (±{GSM8K_LABEL_NOISE:.1%}): check whether the "
+            "discordant items concentrate in disputed problems"
+        )
+    return None
+
+
 def _note(
     task: str, delta: float, ci: tuple[float, float], verdict: Verdict, margin: float
 ) -> str | None:
     notes = []
-    if task.lower().startswith("gsm8k") and abs(delta) <= GSM8K_LABEL_NOISE:
-        notes.append(
-            f"within the GSM8K label-noise band (±{GSM8K_LABEL_NOISE:.1%}): check whether the "
-            "discordant items concentrate in disputed problems"
-        )
+    noise = label_noise_note(task, delta)
+    if noise:
+        notes.append(noise)
     if verdict is Verdict.NO_SIGNIFICANT_CHANGE and (ci[0] < -margin or ci[1] > margin):
         notes.append(f"inconclusive: the CI reaches beyond ±{margin:.1%}")
     return "; ".join(notes) or None
@@ -180,7 +193,7 @@ def compare_sweep(
     score_sets: Sequence[ScoreSet],
     baseline: str,
     *,
-    alpha: float = 0.05,
+    alpha: float = DEFAULT_ALPHA,
     min_effect: float = 0.0,
     confidence: float = 0.95,
     power: float = 0.80,

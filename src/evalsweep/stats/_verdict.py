@@ -13,6 +13,10 @@ from __future__ import annotations
 
 from enum import StrEnum
 
+DEFAULT_ALPHA = 0.05
+"""The significance level verdicts use unless told otherwise (family-wise for headline rows,
+the false-discovery rate q for subject rows)."""
+
 
 class Verdict(StrEnum):
     """What a paired comparison says about the candidate against the baseline."""
@@ -27,7 +31,7 @@ def decide_verdict(
     p_adjusted: float,
     *,
     higher_is_better: bool = True,
-    alpha: float = 0.05,
+    alpha: float = DEFAULT_ALPHA,
     min_effect: float = 0.0,
 ) -> Verdict:
     """Apply the reference's verdict rule to one test.

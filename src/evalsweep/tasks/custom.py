@@ -54,7 +54,7 @@ KNOWN_KEYS = {
     "task", "data", "fewshot_data", "output_type", "doc_to_text", "doc_to_choice",
     "doc_to_target", "num_fewshot", "fewshot_sampler", "description", "target_delimiter",
     "fewshot_delimiter", "metric_list", "generation_kwargs", "ignore_case",
-    "ignore_punctuation", "regexes_to_ignore", "version",
+    "ignore_punctuation", "regexes_to_ignore", "version", "doc_to_question",
 }  # fmt: skip
 CHOICE_METRICS = ("acc", "acc_norm")
 GENERATION_METRICS = ("exact_match",)
@@ -236,6 +236,9 @@ class _CustomBase:
                 "fewshot_sampler", f"must be default or first_n, got {self.fewshot_method!r}"
             )
         self.text_template = spec.template("doc_to_text")
+        self.question_template = (
+            spec.template("doc_to_question") if "doc_to_question" in spec.config else None
+        )
         self.target_template = spec.template("doc_to_target")
         self.data_path = spec.data_file("data")
         self.fewshot_path = spec.data_file("fewshot_data")
@@ -262,9 +265,17 @@ class _CustomBase:
 
     def check(self, row: Row, where: str) -> None:
         self.text_template.value(row, where)
+        if self.question_template is not None:
+            self.question_template.value(row, where)
 
     def question(self, row: Row) -> str:
         return str(self.text_template.value(row, "a row"))
+
+    def shown_question(self, row: Row) -> str:
+        """The question reports show for a row: ``doc_to_question``, else the rendered prompt."""
+        if self.question_template is not None:
+            return str(self.question_template.value(row, "a row"))
+        return self.question(row)
 
 
 class CustomChoiceTask(_CustomBase, MultipleChoiceTask):

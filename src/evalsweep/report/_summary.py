@@ -1,0 +1,193 @@
+"""The verdict in words: what the marks mean, what moved, and what could not have been seen.
+
+A table of "Δ +0.015 =" cells leaves the reader to work out what happened. The
+summary says it: a legend for the marks, one line per significant result
+(regressions first) with the candidate, task and subject, the difference in
+points with its 95% interval, the adjusted p-value and n, then how many
+comparisons showed no significant change and the smallest difference those
+samples could have detected (the MDE), so that "no change" is not read as "no
+difference". GSM8K differences within the benchmark's label-noise band carry
+the statistics' caution.
+
+:func:`verdict_summary` is the one place these lines are built; the terminal
+(:func:`render_summary`), the Markdown report and the MCP ``results_table`` text
+(:func:`summary_text`) only lay them out. Everything here reads the result
+document's comparisons; no number is recomputed.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from rich.text import Text
+
+from evalsweep.report._table import MARKS, SHORT, display_names
+from evalsweep.stats import DEFAULT_ALPHA, label_noise_note
+
+LineKind = Literal["legend", "regression", "improvement", "unchanged", "note"]
+STYLES: dict[str, str] = {
+    "legend": "dim",
+    "regression": "bold red",
+    "improvement": "green",
+    "unchanged": "",
+    "note": "yellow",
+}
+
+
+@dataclass(frozen=True)
+class SummaryLine:
+    """One line of the summary: its kind (for styling) and its words."""
+
+    kind: LineKind
+    text: str
+
+
+def verdict_summary(document: Mapping[str, Any]) -> list[SummaryLine]:
+    """The summary of a result document's comparisons; empty when nothing was compared."""
+    comparisons = [c for c in document.get("comparisons", []) if c.get("verdict")]
+    if not comparisons:
+        return []
+    names = _names(document, comparisons)
+    baseline = comparisons[0]["baseline"]
+    lines = [
+        SummaryLine(
+            "legend",
+            f"{MARKS['improvement'][0]} improvement, {MARKS['regression'][0]} regression, "
+            f"{MARKS['no significant change'][0]} no significant change: paired tests on the "
+            f"same questions, p-values adjusted for multiplicity (Holm over tasks, "
+            f"Benjamini-Hochberg over subjects), alpha = {DEFAULT_ALPHA:g}; "
+            f"Δ = candidate - baseline ({names.get(baseline, baseline)}), in points.",
+        )
+    ]
+    moved = [c for c in comparisons if c["verdict"] in ("regression", "improvement")]
+    moved.sort(
+        key=lambda c: (
+            c["verdict"] != "regression",
+            c.get("subject") is not None,
+            _number(c.get("p_adjusted"), 1.0),
+        )
+    )
+    for c in moved:
+        kind: LineKind = "regression" if c["verdict"] == "regression" else "improvement"
+        mark = MARKS[c["verdict"]][0]
+        lines.append(
+            SummaryLine(
+                kind,
+                f"{mark} {c['verdict']}: {names.get(c['candidate'], c['candidate'])} on "
+                f"{_where(c)}: Δ {_points(c['delta'])} points "
+                f"(95% CI {_points(c.get('ci_low'))} to {_points(c.get('ci_high'))}), "
+                f"adjusted p = {format_p(c.get('p_adjusted'))}, n = {c.get('n')}",
+            )
+        )
+        noise = label_noise_note(c["task"], _number(c.get("delta"), math.inf))
+        if noise:
+            lines.append(SummaryLine("note", f"  note: {noise}"))
+    unchanged = [c for c in comparisons if c["verdict"] not in ("regression", "improvement")]
+    total = len(comparisons)
+    if unchanged:
+        detectable = _detectable(unchanged)
+        if moved:
+            head = f"{len(unchanged)} of {total} comparison{_s(total)} showed no significant change"
+        else:
+            head = (
+                f"No significant change in {'the' if total == 1 else 'any of the'} {total} "
+                f"comparison{_s(total)}: not proof of no difference"
+            )
+        lines.append(
+            SummaryLine(
+                "unchanged",
+                f"{head}; the smallest differences these samples could detect (MDE, "
+                f"80% power at the adjusted alpha): {detectable}.",
+            )
+        )
+        for c in unchanged:
+            noise = label_noise_note(c["task"], _number(c.get("delta"), math.inf))
+            if noise:
+                lines.append(
+                    SummaryLine(
+                        "note",
+                        f"note: {names.get(c['candidate'], c['candidate'])} on {_where(c)}, "
+                        f"Δ {_points(c['delta'])} points: {noise}",
+                    )
+                )
+    return lines
+
+
+def render_summary(document: Mapping[str, Any]) -> Text:
+    """The summary for a terminal: one styled line each (data shown as written, never markup)."""
+    text = Text()
+    for index, line in enumerate(verdict_summary(document)):
+        if index:
+            text.append("\n")
+        text.append(line.text, style=STYLES[line.kind])
+    return text
+
+
+def summary_text(document: Mapping[str, Any]) -> str:
+    """The summary as plain text lines (chat, logs)."""
+    return "".join(line.text + "\n" for line in verdict_summary(document))
+
+
+def format_p(value: Any) -> str:
+    """A p-value as reports print it: three decimals, or two significant digits below 0.001."""
+    if not _finite(value):
+        return "n/a"
+    return f"{value:.2g}" if value < 0.001 else f"{value:.3f}"
+
+
+def _names(document: Mapping[str, Any], comparisons: Sequence[Mapping[str, Any]]) -> dict[str, str]:
+    """The table's short checkpoint labels, so the words name checkpoints as the table does."""
+    listed = [r["checkpoint"] for r in document.get("results", []) if r.get("level") == "task"]
+    references = list(dict.fromkeys(listed))
+    for c in comparisons:
+        for reference in (c["baseline"], c["candidate"]):
+            if reference not in references:
+                references.append(reference)
+    return display_names(references)
+
+
+def _where(c: Mapping[str, Any]) -> str:
+    subject = f" / {c['subject']}" if c.get("subject") else ""
+    return f"{c['task']}{subject} ({SHORT.get(c['metric'], c['metric'])})"
+
+
+def _detectable(rows: Sequence[Mapping[str, Any]]) -> str:
+    """MDE per headline (task, metric), and per task over its subjects, as ranges in points."""
+    groups: dict[str, list[float]] = {}
+    for c in rows:
+        metric = SHORT.get(c["metric"], c["metric"])
+        key = f"{c['task']} ({metric})" if not c.get("subject") else f"{c['task']} subjects"
+        groups.setdefault(key, []).append(_number(c.get("mde"), math.nan))
+    parts = []
+    for key, values in groups.items():
+        seen = [v for v in values if math.isfinite(v) and v > 0]
+        if not seen:
+            parts.append(f"{key}: no question answered differently")
+            continue
+        low, high = min(seen), max(seen)
+        spread = (
+            f"{low * 100:.1f}"
+            if round(low, 3) == round(high, 3)
+            else (f"{low * 100:.1f}-{high * 100:.1f}")
+        )
+        parts.append(f"{key} {spread} points")
+    return ", ".join(parts)
+
+
+def _points(value: Any) -> str:
+    return f"{value * 100:+.1f}" if _finite(value) else "n/a"
+
+
+def _number(value: Any, default: float) -> float:
+    return float(value) if _finite(value) else default
+
+
+def _finite(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _s(count: int) -> str:
+    return "" if count == 1 else "s"
