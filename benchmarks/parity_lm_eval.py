@@ -532,9 +532,7 @@ def served_paths(out_dir: Path) -> str:
     return f"{paths.get('loglikelihood', '?')} / {paths.get('generation', '?')}"
 
 
-def run_parity(
-    args: argparse.Namespace, work: Path
-) -> tuple[bool, list[str], dict[str, str]]:
+def run_parity(args: argparse.Namespace, work: Path) -> tuple[bool, list[str], dict[str, str]]:
     """One checkpoint through both harnesses: (failed, summary lines, table figures)."""
     tasks = [t.strip() for t in args.tasks.split(",") if t.strip()]
     work.mkdir(parents=True, exist_ok=True)
@@ -676,7 +674,8 @@ def results_section(args: argparse.Namespace, summary: Sequence[str]) -> str:
     setup = (
         f"Model: {args.arch}, {args.n_layer} layers, width {args.width}, {args.n_head} heads, "
         f"random weights (seed {args.seed}), {args.dtype}, CPU. {args.num_fewshot}-shot; "
-        f"MMLU first {args.mmlu_limit} rows of each subject, GSM8K first {args.gsm8k_limit} problems; "
+        f"MMLU first {args.mmlu_limit} rows of each subject, "
+        f"GSM8K first {args.gsm8k_limit} problems; "
         f"lm-eval batch size {args.lm_eval_batch_size}, evalsweep batch size "
         f"{args.evalsweep_batch_size or 'default'}. ARC and HellaSwag: first "
         f"{args.choice_limit} questions, {args.choice_fewshot}-shot. Tasks: {args.tasks}."
