@@ -322,9 +322,7 @@ def build_local_checkpoint(
     if architecture not in ("gpt2", "llama") or dtype != "float32":
         if architecture not in MODEL_TYPES:
             raise ValueError(f"unknown architecture {architecture!r}")
-        return build_matrix_checkpoint(
-            out_dir, architecture, tokenizer, dtype=dtype, seed=seed
-        )
+        return build_matrix_checkpoint(out_dir, architecture, tokenizer, dtype=dtype, seed=seed)
     return build_checkpoint(
         out_dir,
         tokenizer,
@@ -408,18 +406,20 @@ def lm_eval_command(
     num_fewshot: int = 5,
     batch_size: str = "1",
     dtype: str = "float32",
+    model: str = "hf",
+    device: str = "cpu",
 ) -> list[str]:
-    """The lm-eval invocation both benchmarks use (HF backend, CPU; float32 by default)."""
+    """The lm-eval invocation the benchmarks use (HF backend, CPU, float32 by default)."""
     cmd = [
         sys.executable,
         "-m",
         "lm_eval",
         "--model",
-        "hf",
+        model,
         "--model_args",
         f"pretrained={checkpoint},dtype={dtype}",
         "--device",
-        "cpu",
+        device,
         "--tasks",
         tasks,
         "--num_fewshot",
@@ -464,10 +464,14 @@ def evalsweep_command(
     num_fewshot: int | None = 5,
     batch_size: str | None = None,
     dtype: str = "float32",
+    backend: str = "hf",
+    device: str = "cpu",
 ) -> list[str]:
-    """The evalsweep invocation both benchmarks use (CPU, float32 by default, a fresh store)."""
+    """The evalsweep invocation the benchmarks use (CPU, float32 by default, a fresh store)."""
     cmd = [sys.executable, "-m", "evalsweep", "run", *map(str, checkpoints)]
-    cmd += ["--tasks", tasks, "--data-dir", str(data_dir), "--device", "cpu"]
+    cmd += ["--tasks", tasks, "--data-dir", str(data_dir), "--device", device]
+    if backend != "hf":
+        cmd += ["--backend", backend]
     cmd += ["--dtype", dtype, "--store", str(store), "--out", str(out_dir)]
     if limit is not None:
         cmd += ["--limit", str(limit)]
