@@ -135,7 +135,7 @@ def _specs() -> dict[str, Callable[[int, int, int], tuple[str, dict[str, Any]]]]
             tie_word_embeddings=True,
         ),
         "phi": phi,
-        "phi3": simple("Phi3Config"),
+        "phi3": windowed("Phi3Config"),
         "olmo2": simple("Olmo2Config"),
         "falcon": falcon,
         "starcoder2": windowed("Starcoder2Config"),
