@@ -39,6 +39,7 @@ DTYPES = ["float32", "bfloat16"]
 TOLERANCE = {"float32": 1e-4, "bfloat16": 0.08}
 GEN_TOKENS = 24
 BOS_LLAMA = "llama_bos"
+SPM_LLAMA = "llama_spm"
 
 
 @pytest.fixture(scope="session")
@@ -75,6 +76,39 @@ def bos_tokenizer(matrix_tokenizer: Any, tmp_path_factory: pytest.TempPathFactor
 
 
 @pytest.fixture(scope="session")
+def spm_tokenizer(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """A SentencePiece BPE model (``tokenizer.model`` only), trained on the demo slices."""
+    spm = pytest.importorskip("sentencepiece", reason="sentencepiece is not installed")
+    from transformers import AutoTokenizer
+
+    from evalsweep.demo import corpus_from_data_dir
+
+    folder = tmp_path_factory.mktemp("spm")
+    spm.SentencePieceTrainer.train(
+        sentence_iterator=corpus_from_data_dir(DEMO_DATA, max_lines=2000),
+        model_prefix=str(folder / "tokenizer"),
+        vocab_size=700,
+        model_type="bpe",
+        byte_fallback=True,
+        character_coverage=1.0,
+        unk_id=0,
+        bos_id=1,
+        eos_id=2,
+        pad_id=-1,
+        minloglevel=2,
+    )
+    (folder / "tokenizer.vocab").unlink()
+    (folder / "tokenizer_config.json").write_text(
+        '{"tokenizer_class": "LlamaTokenizer", "bos_token": "<s>", "eos_token": "</s>", '
+        '"unk_token": "<unk>", "add_bos_token": true, "add_eos_token": false, '
+        '"legacy": false, "model_max_length": 2048}'
+    )
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    assert tokenizer("a b").input_ids[0] == tokenizer.bos_token_id == 1
+    return tokenizer
+
+
+@pytest.fixture(scope="session")
 def matrix_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("matrix")
 
@@ -82,16 +116,24 @@ def matrix_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
 _built: dict[tuple[str, str], Path] = {}
 
 
-def checkpoint_path(name: str, dtype: str, root: Path, tokenizers: dict[str, Any]) -> Path:
+def checkpoint_path(name: str, dtype: str, root: Path, request: pytest.FixtureRequest) -> Path:
     key = (name, dtype)
     if key not in _built:
-        model_type = "llama" if name == BOS_LLAMA else name
-        tokenizer = tokenizers["bos" if name == BOS_LLAMA else "plain"]
-        seed = MODEL_TYPES.index(model_type) if model_type in MODEL_TYPES else 99
-        _built[key] = build_matrix_checkpoint(
+        model_type, fixture = VARIANTS.get(name, (name, "matrix_tokenizer"))
+        tokenizer = request.getfixturevalue(fixture)
+        seed = MODEL_TYPES.index(name) if name in MODEL_TYPES else len(MODEL_TYPES)
+        path = build_matrix_checkpoint(
             root / f"{name}-{dtype}", model_type, tokenizer, dtype=dtype, seed=seed
         )
+        if name == SPM_LLAMA:  # SentencePiece only: the converted tokenizer.json goes
+            (path / "tokenizer.json").unlink()
+            assert (path / "tokenizer.model").is_file()
+        _built[key] = path
     return _built[key]
+
+
+#: Tokenizer variants: name -> (model type, tokenizer fixture).
+VARIANTS = {BOS_LLAMA: ("llama", "bos_tokenizer"), SPM_LLAMA: ("llama", "spm_tokenizer")}
 
 
 @pytest.fixture(scope="module")
@@ -121,9 +163,7 @@ class PlainForward:
     def __init__(self, path: Path, dtype: str, encoder: Any) -> None:
         from transformers import AutoModelForCausalLM
 
-        self.model = AutoModelForCausalLM.from_pretrained(
-            path, dtype=getattr(torch, dtype)
-        ).eval()
+        self.model = AutoModelForCausalLM.from_pretrained(path, dtype=getattr(torch, dtype)).eval()
         self.encoder = encoder  # evalsweep's tokenization is tested on its own elsewhere
 
     @torch.inference_mode()
@@ -153,7 +193,7 @@ class PlainForward:
         return str(text)
 
 
-NAMES = [*MODEL_TYPES, BOS_LLAMA]
+NAMES = [*MODEL_TYPES, *VARIANTS]
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -162,13 +202,11 @@ def test_architecture_answers_as_plain_transformers(
     name: str,
     dtype: str,
     matrix_root: Path,
-    matrix_tokenizer: Any,
-    bos_tokenizer: Any,
+    request: pytest.FixtureRequest,
     mmlu_requests: list[LoglikelihoodRequest],
     gsm8k_requests: list[GenerationRequest],
 ) -> None:
-    tokenizers = {"plain": matrix_tokenizer, "bos": bos_tokenizer}
-    path = checkpoint_path(name, dtype, matrix_root, tokenizers)
+    path = checkpoint_path(name, dtype, matrix_root, request)
     options = BackendOptions(device="cpu", dtype=dtype)
     backend: Any = load_backend("hf", resolve_checkpoint(str(path)), options)
     try:
