@@ -26,6 +26,7 @@ import torch
 from evalsweep.checkpoints import resolve_checkpoint
 from evalsweep.demo._matrix import MODEL_TYPES, WINDOW, build_matrix_checkpoint
 from evalsweep.models import BackendOptions, load_backend
+from evalsweep.models._arch import PREFIX_REUSE, RESERVED_DECODE, RESERVED_DECODE_MASKED
 from evalsweep.requests import GenerationRequest, LoglikelihoodRequest
 from evalsweep.tasks import DataSource
 from evalsweep.tasks.gsm8k import GSM8K
@@ -194,6 +195,7 @@ class PlainForward:
 
 
 NAMES = [*MODEL_TYPES, *VARIANTS]
+WINDOWED = {"mistral", "mixtral", "gemma2", "gemma3_text", "phi3", "starcoder2"}
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -218,11 +220,11 @@ def test_architecture_answers_as_plain_transformers(
         backend.close()
     tolerance = TOLERANCE[dtype]
     longest = 0
-    for request, result in zip(mmlu_requests, results, strict=True):
-        logprob, greedy, length = plain.loglikelihood(request)
+    for asked, result in zip(mmlu_requests, results, strict=True):
+        logprob, greedy, length = plain.loglikelihood(asked)
         longest = max(longest, length)
-        assert result.logprob == pytest.approx(logprob, abs=tolerance), (name, dtype, request)
-        assert result.is_greedy is greedy, (name, dtype, request)
+        assert result.logprob == pytest.approx(logprob, abs=tolerance), (name, dtype, asked)
+        assert result.is_greedy is greedy, (name, dtype, asked)
     # Same argmax over each question's four choices.
     for start in range(0, len(mmlu_requests), 4):
         ours = [r.logprob for r in results[start : start + 4]]
@@ -233,5 +235,11 @@ def test_architecture_answers_as_plain_transformers(
     expected = [plain.generate(r, eos_text) for r in gsm8k_requests]
     assert texts == expected, (name, dtype)
     assert any(texts)
+    # Every matrix architecture takes the fast paths, so the checks above are theirs.
     paths = described["paths"]
-    assert isinstance(paths, dict) and set(paths) >= {"loglikelihood", "generation"}
+    windowed = "sliding-window" in paths["attention"]["features"]
+    assert paths["loglikelihood"] == PREFIX_REUSE
+    assert paths["served"][PREFIX_REUSE] > 0
+    assert paths["generation"] == (RESERVED_DECODE_MASKED if windowed else RESERVED_DECODE)
+    assert paths["served"][paths["generation"]] == len(gsm8k_requests)
+    assert windowed == (name in WINDOWED)
