@@ -29,7 +29,7 @@ other model type (custom code included) is served by the plain paths.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 PREFIX_REUSE = "prefix-reuse"
@@ -61,6 +61,14 @@ class Attention:
     soft_capping: bool
     experts: int | None
     features: frozenset[str] = field(default_factory=frozenset)
+    #: The model class is transformers' own, not code shipped with the checkpoint.
+    native: bool = True
+
+    @classmethod
+    def from_model(cls, model: Any) -> Attention:
+        """The features of a loaded model: its config, and whether its code is transformers'."""
+        native = type(model).__module__.startswith("transformers.models.")
+        return replace(cls.from_config(model.config), native=native)
 
     @classmethod
     def from_config(cls, config: Any) -> Attention:
@@ -121,6 +129,8 @@ class FastPath:
 
     def refusal(self, attention: Attention) -> str | None:
         """Why this path cannot serve ``attention`` exactly, or None when it can."""
+        if not attention.native:
+            return "the model's code is the checkpoint's own, not transformers'"
         if attention.model_type not in VERIFIED_MODEL_TYPES:
             return f"model type {attention.model_type!r} is not in the verified matrix"
         missing = sorted(attention.features - self.supports)

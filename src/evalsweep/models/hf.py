@@ -24,6 +24,7 @@ from __future__ import annotations
 import inspect
 import re
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 from evalsweep.checkpoints import ResolvedCheckpoint
@@ -83,7 +84,7 @@ class HFBackend:
         self._keeps_logits = "logits_to_keep" in inspect.signature(inner.forward).parameters
         self._token_budget = self._initial_token_budget()
         # Which fast paths are exact for this checkpoint's attention (models/_arch.py).
-        self.plan = plan(Attention.from_config(inner.config), options.prefix_reuse)
+        self.plan = plan(Attention.from_model(inner), options.prefix_reuse)
         self._served: dict[str, int] = {}
 
     # -- identity -----------------------------------------------------------------
@@ -111,6 +112,12 @@ class HFBackend:
 
     def _count(self, path: str, n: int) -> None:
         self._served[path] = self._served.get(path, 0) + n
+
+    def _fall_back(self, kind: str, path: str, exc: BaseException) -> None:
+        """A fast path failed: the plain path serves this and every later request of ``kind``."""
+        failed = getattr(self.plan, kind)
+        note = f"{failed} failed ({type(exc).__name__}: {first_line(exc)}); {path} took over"
+        self.plan = replace(self.plan, **{kind: path}, notes=(*self.plan.notes, note))
 
     def close(self) -> None:
         del self.model
@@ -150,19 +157,27 @@ class HFBackend:
 
         def deliver(tokens: tuple[int, ...], logprobs: Any) -> None:
             members = inputs[tokens]
+            new = sum(results[index] is None for index, _ in members)
             for index, continuation in members:
                 rows = logprobs[-len(continuation) :]
                 target = torch.tensor(continuation[-rows.shape[0] :], dtype=torch.long)
                 picked = rows.gather(1, target.unsqueeze(1)).squeeze(1)
                 greedy = bool((rows.argmax(dim=-1) == target).all())
                 results[index] = LoglikelihoodResult(float(picked.sum()), greedy)
-            if progress:
-                progress(len(members))
+            if progress and new:
+                progress(new)
 
         plain: list[tuple[int, ...]] = []
         for prefix_length, group in self._prefix_groups(list(inputs), widths):
             if prefix_length:
-                self._score_with_prefix(prefix_length, group, widths, deliver)
+                try:
+                    self._score_with_prefix(prefix_length, group, widths, deliver)
+                except (BackendError, _OutOfMemory):
+                    raise
+                except Exception as exc:  # never a crash: the plain path answers instead
+                    self._fall_back("loglikelihood", FULL_FORWARD, exc)
+                    plain.extend(group)
+                    continue
                 self._count(PREFIX_REUSE, sum(len(inputs[t]) for t in group))
             else:
                 plain.extend(group)
@@ -409,14 +424,19 @@ class HFBackend:
             for start in range(0, len(order), size):
                 chunk = order[start : start + size]
                 seeds = [_seed(requests[i]) for i in chunk] if sample else None
-                generate = (
-                    self._generate_plain
-                    if self.plan.generation == PLAIN_DECODE
-                    else self._generate_batch
-                )
-                texts = generate(
-                    [encoded[i] for i in chunk], stops, max_gen_toks, temperature, seeds
-                )
+                contexts = [encoded[i] for i in chunk]
+                texts = None
+                if self.plan.generation != PLAIN_DECODE:
+                    try:
+                        texts = self._generate_batch(
+                            contexts, stops, max_gen_toks, temperature, seeds
+                        )
+                    except BackendError:
+                        raise
+                    except Exception as exc:  # never a crash: the plain path answers instead
+                        self._fall_back("generation", PLAIN_DECODE, exc)
+                if texts is None:
+                    texts = self._generate_plain(contexts, stops, max_gen_toks, temperature, seeds)
                 self._count(self.plan.generation, len(chunk))
                 for i, text in zip(chunk, texts, strict=True):
                     results[i] = text
