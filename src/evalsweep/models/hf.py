@@ -654,7 +654,8 @@ def _reserved_cache(reserve: int) -> Any:
     from transformers.cache_utils import Cache, DynamicCache, DynamicLayer
 
     class ReservedLayer(DynamicLayer):
-        def update(self, key_states: Any, value_states: Any, cache_kwargs: Any = None) -> Any:
+        def update(self, key_states: Any, value_states: Any, *args: Any, **kwargs: Any) -> Any:
+            # transformers 4.x passes cache_kwargs positionally, 5.x by keyword: neither is used.
             if not self.is_initialized:
                 _initialize(self, key_states, value_states)
                 self.filled = 0
