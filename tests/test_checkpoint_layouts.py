@@ -82,10 +82,12 @@ def _plain(path: Path, dtype: Any, request: LoglikelihoodRequest, backend: Any) 
 
 
 def _answers(path: Path, **options: Any) -> tuple[list[float], list[str], Any]:
+    """Log-likelihoods, generations and the backend (its description kept before closing)."""
     backend = _backend(path, **options)
     try:
         results = backend.loglikelihood(REQUESTS)
         texts = backend.generate_until([GenerationRequest(p, ("\n\n",), 12) for p in PROMPTS])
+        backend.described = backend.describe()
         return [r.logprob for r in results], texts, backend
     finally:
         backend.close()
@@ -133,30 +135,36 @@ def test_generation_stops_at_every_eos_id_of_generation_config(base: Path, tmp_p
     from transformers import AutoModelForCausalLM, GenerationConfig
 
     model = AutoModelForCausalLM.from_pretrained(base).eval()
+    eos = model.config.eos_token_id
     backend = _backend(base)
     try:
-        ids = torch.tensor([backend.encoder.encode(PROMPTS[0])])
-        free = model.generate(ids, max_new_tokens=12, do_sample=False, pad_token_id=0)[0]
-        new = free[ids.shape[1] :].tolist()
+        # A prompt whose free greedy generation has a token first seen after the start.
+        for prompt in [*PROMPTS, "Question:", "The", "Answer: 4\n"]:
+            ids = torch.tensor([backend.encoder.encode(prompt)])
+            free = model.generate(ids, max_new_tokens=12, do_sample=False, pad_token_id=eos)[0]
+            new = free[ids.shape[1] :].tolist()
+            later = [j for j in range(1, len(new)) if new[j] not in new[:j] and new[j] != eos]
+            if later:
+                break
     finally:
         backend.close()
-    # The fourth generated token becomes a second EOS id: generation must stop there.
-    stop_id = new[3]
-    assert stop_id not in new[:3]
-    eos = model.config.eos_token_id
+    assert later, "no prompt generated two distinct tokens"
+    # That token becomes a second EOS id: generation must stop right after it.
+    cut = later[0]
+    stop_id = new[cut]
     model.generation_config = GenerationConfig(eos_token_id=[eos, stop_id], pad_token_id=eos)
     folder = _copy_with(base, tmp_path / "eos", model)
     saved = json.loads((folder / "generation_config.json").read_text())
     assert saved["eos_token_id"] == [eos, stop_id]
     backend = _backend(folder)
     try:
-        text = backend.generate_until([GenerationRequest(PROMPTS[0], (), 12)])[0]
+        text = backend.generate_until([GenerationRequest(prompt, (), 12)])[0]
         reloaded = AutoModelForCausalLM.from_pretrained(folder).eval()
         out = reloaded.generate(ids, max_new_tokens=12, do_sample=False)[0, ids.shape[1] :]
         expected = backend.tokenizer.decode(out, skip_special_tokens=True)
     finally:
         backend.close()
-    assert out.tolist() == new[:4]
+    assert out.tolist() == new[: cut + 1]
     assert text == expected
 
 
@@ -215,7 +223,7 @@ def test_custom_code_with_trust_remote_code_takes_the_plain_paths(
 ) -> None:
     # A model type the architecture matrix never checked: no fast path is assumed exact.
     logprobs, texts, backend = _answers(custom_code, trust_remote_code=True)
-    paths = backend.describe()["paths"]
+    paths = backend.described["paths"]
     assert (paths["loglikelihood"], paths["generation"]) == (FULL_FORWARD, PLAIN_DECODE)
     assert paths["served"] == {FULL_FORWARD: len(REQUESTS), PLAIN_DECODE: len(PROMPTS)}
     base_logprobs, base_texts, _ = _answers(base)

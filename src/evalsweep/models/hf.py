@@ -831,7 +831,7 @@ def _load_failure(exc: BaseException, config: Any) -> str:
     import transformers
 
     message = first_line(exc)
-    if "trust_remote_code" in message:
+    if "trust_remote_code" in message or "contains custom code" in message:
         return "it needs custom code: pass --trust-remote-code if you trust it"
     model_type = getattr(config, "model_type", None)
     if "does not recognize this architecture" in message or (
