@@ -178,8 +178,14 @@ class Plan:
         return out
 
 
-def plan(attention: Attention, prefix_reuse: bool = True) -> Plan:
-    """Pick each request kind's path for a checkpoint with ``attention``."""
+def plan(attention: Attention, prefix_reuse: bool = True, dtype: str = "float32") -> Plan:
+    """Pick each request kind's path for a checkpoint with ``attention`` run in ``dtype``.
+
+    The batched decode loops are exact only in float32: in bfloat16 or float16 a batch's
+    matrix products round differently from one prompt's, and greedy decoding turns a
+    rounding difference at a near-tie into a different token (the architecture matrix
+    saw this), so half precision generates one prompt at a time, as ``generate`` does.
+    """
     notes = []
     loglikelihood = FULL_FORWARD
     if prefix_reuse:
@@ -196,6 +202,9 @@ def plan(attention: Attention, prefix_reuse: bool = True) -> Plan:
             break
     if generation == PLAIN_DECODE:
         notes.append(f"{RESERVED_DECODE_MASKED}: {RESERVED_DECODE_MASKED_PATH.refusal(attention)}")
+    elif dtype != "float32":
+        notes.append(f"{generation}: batched decoding is exact in float32 only, not {dtype}")
+        generation = PLAIN_DECODE
     return Plan(attention, loglikelihood, generation, tuple(notes))
 
 

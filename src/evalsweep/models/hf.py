@@ -84,7 +84,11 @@ class HFBackend:
         self._keeps_logits = "logits_to_keep" in inspect.signature(inner.forward).parameters
         self._token_budget = self._initial_token_budget()
         # Which fast paths are exact for this checkpoint's attention (models/_arch.py).
-        self.plan = plan(Attention.from_model(inner), options.prefix_reuse)
+        self.plan = plan(
+            Attention.from_model(inner),
+            options.prefix_reuse,
+            str(self.dtype).removeprefix("torch."),
+        )
         self._served: dict[str, int] = {}
 
     # -- identity -----------------------------------------------------------------
