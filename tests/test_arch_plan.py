@@ -111,3 +111,11 @@ def test_code_shipped_with_a_checkpoint_takes_the_plain_paths() -> None:
     attention = replace(Attention.from_config(_config("LlamaConfig")), native=False)
     chosen = plan(attention)
     assert (chosen.loglikelihood, chosen.generation) == (FULL_FORWARD, PLAIN_DECODE)
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_half_precision_generates_one_prompt_at_a_time(dtype: str) -> None:
+    chosen = plan(Attention.from_config(_config("LlamaConfig")), dtype=dtype)
+    assert (chosen.loglikelihood, chosen.generation) == (PREFIX_REUSE, PLAIN_DECODE)
+    notes = chosen.describe()["plain_because"]
+    assert isinstance(notes, list) and any(dtype in note for note in notes)
