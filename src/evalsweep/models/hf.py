@@ -121,7 +121,11 @@ class HFBackend:
         """A fast path failed: the plain path serves this and every later request of ``kind``."""
         failed = getattr(self.plan, kind)
         note = f"{failed} failed ({type(exc).__name__}: {first_line(exc)}); {path} took over"
-        self.plan = replace(self.plan, **{kind: path}, notes=(*self.plan.notes, note))
+        notes = (*self.plan.notes, note)
+        if kind == "loglikelihood":
+            self.plan = replace(self.plan, loglikelihood=path, notes=notes)
+        else:
+            self.plan = replace(self.plan, generation=path, notes=notes)
 
     def close(self) -> None:
         del self.model
