@@ -305,15 +305,23 @@ def build_local_checkpoint(
     width: int = 64,
     n_head: int = 4,
     seed: int = 0,
+    dtype: str = "float32",
 ) -> Path:
     """Build a random-weight checkpoint with evalsweep's own builder (no Hub download).
 
     Speed and agreement depend on architecture, shape and tokenizer, not on trained
-    weights, so a random model of a real architecture is a fair test subject.
+    weights, so a random model of a real architecture is a fair test subject. A
+    model type of the architecture matrix (``evalsweep.demo._matrix``) gets that
+    matrix's tiny shape; ``gpt2`` and ``llama`` take the shape arguments.
     """
     from evalsweep.demo import build_checkpoint, build_tokenizer, corpus_from_data_dir
+    from evalsweep.demo._matrix import MODEL_TYPES, build_matrix_checkpoint
 
     tokenizer = build_tokenizer(corpus_from_data_dir(data_dir, 5000), 2048)
+    if architecture not in ("gpt2", "llama") or dtype != "float32":
+        if architecture not in MODEL_TYPES:
+            raise ValueError(f"unknown architecture {architecture!r}")
+        return build_matrix_checkpoint(out_dir, architecture, tokenizer, dtype=dtype, seed=seed)
     return build_checkpoint(
         out_dir,
         tokenizer,
@@ -396,18 +404,21 @@ def lm_eval_command(
     limit: int | None,
     num_fewshot: int = 5,
     batch_size: str = "1",
+    dtype: str = "float32",
+    model: str = "hf",
+    device: str = "cpu",
 ) -> list[str]:
-    """The lm-eval invocation both benchmarks use (HF backend, float32, CPU)."""
+    """The lm-eval invocation the benchmarks use (HF backend, CPU, float32 by default)."""
     cmd = [
         sys.executable,
         "-m",
         "lm_eval",
         "--model",
-        "hf",
+        model,
         "--model_args",
-        f"pretrained={checkpoint},dtype=float32",
+        f"pretrained={checkpoint},dtype={dtype}",
         "--device",
-        "cpu",
+        device,
         "--tasks",
         tasks,
         "--num_fewshot",
@@ -450,11 +461,16 @@ def evalsweep_command(
     limit: int | None,
     num_fewshot: int | None = 5,
     batch_size: str | None = None,
+    dtype: str = "float32",
+    backend: str = "hf",
+    device: str = "cpu",
 ) -> list[str]:
-    """The evalsweep invocation both benchmarks use (CPU, float32, a fresh store)."""
+    """The evalsweep invocation the benchmarks use (CPU, float32 by default, a fresh store)."""
     cmd = [sys.executable, "-m", "evalsweep", "run", *map(str, checkpoints)]
-    cmd += ["--tasks", tasks, "--data-dir", str(data_dir), "--device", "cpu"]
-    cmd += ["--dtype", "float32", "--store", str(store), "--out", str(out_dir)]
+    cmd += ["--tasks", tasks, "--data-dir", str(data_dir), "--device", device]
+    if backend != "hf":
+        cmd += ["--backend", backend]
+    cmd += ["--dtype", dtype, "--store", str(store), "--out", str(out_dir)]
     if limit is not None:
         cmd += ["--limit", str(limit)]
     if num_fewshot is not None:

@@ -14,16 +14,24 @@ Exit status 1 when MMLU agreement < 99.9 %, GSM8K response agreement < 99 %, any
 exact_match score differs, or an ARC/HellaSwag pick differs or a log-likelihood differs
 by more than 1e-5 relative.
 
+Architecture-matrix mode (``--matrix``) runs MMLU and GSM8K for every model type of
+``evalsweep.demo._matrix`` (tiny random weights; sliding windows shorter than the
+prompts, soft-capping, mixtures of experts) in each ``--dtypes``, and prints one table
+row per (architecture, dtype): the paths evalsweep served it with (from its result
+document) and the agreement with lm-eval.
+
 Example (defaults take ~10 minutes on 2 CPU cores)::
 
     python benchmarks/parity_lm_eval.py
     python benchmarks/parity_lm_eval.py --arch llama --mmlu-limit 40 --gsm8k-limit 200
+    python benchmarks/parity_lm_eval.py --matrix --mmlu-limit 1 --gsm8k-limit 5 --results-md
 """
 
 from __future__ import annotations
 
 import argparse
 import datetime as dt
+import json
 import math
 import shlex
 import sys
@@ -48,7 +56,9 @@ from _lm_eval_tasks import (  # noqa: E402
     run_measured,
     write_task_dir,
 )
+from evalsweep.demo._matrix import MODEL_TYPES  # noqa: E402
 
+MATRIX_TYPES = tuple(dict.fromkeys(("gpt2", "llama", *MODEL_TYPES)))
 LETTERS = "ABCD"
 CHOICE_TASKS = ("arc_easy", "arc_challenge", "hellaswag")
 CHOICE_THRESHOLD = 1.0
@@ -387,7 +397,15 @@ def print_aggregates(lm: Aggregates, es: Aggregates) -> list[str]:
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--arch", choices=("gpt2", "llama"), default="gpt2")
+    parser.add_argument("--arch", choices=MATRIX_TYPES, default="gpt2")
+    parser.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32")
+    parser.add_argument(
+        "--matrix", action="store_true", help="every architecture of the matrix, each --dtypes"
+    )
+    parser.add_argument("--dtypes", default="float32,bfloat16", help="--matrix: comma list")
+    parser.add_argument(
+        "--archs", default=None, help="--matrix: comma list of model types (default: all)"
+    )
     parser.add_argument("--n-layer", type=int, default=2)
     parser.add_argument("--width", type=int, default=64)
     parser.add_argument("--n-head", type=int, default=4)
@@ -419,11 +437,107 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
-    tasks = [t.strip() for t in args.tasks.split(",") if t.strip()]
     work = args.work_dir or Path(tempfile.mkdtemp(prefix="evalsweep-parity-"))
     work.mkdir(parents=True, exist_ok=True)
-    data_dir = args.data_dir.resolve()
     print(f"work dir: {work}")
+    if args.matrix:
+        return run_matrix(args, work)
+    failed, summary, _ = run_parity(args, work)
+    if args.results_md:
+        append_results_md(results_section(args, summary))
+        print("appended to benchmarks/RESULTS.md")
+    return 1 if failed else 0
+
+
+@dataclass
+class MatrixRow:
+    arch: str
+    dtype: str
+    paths: str
+    mmlu: str
+    gsm8k: str
+    ok: bool
+
+
+def run_matrix(args: argparse.Namespace, work: Path) -> int:
+    """Every (architecture, dtype): parity with lm-eval and the paths evalsweep served."""
+    archs = [a.strip() for a in (args.archs or ",".join(MATRIX_TYPES)).split(",") if a.strip()]
+    dtypes = [d.strip() for d in args.dtypes.split(",") if d.strip()]
+    rows: list[MatrixRow] = []
+    for arch in archs:
+        for dtype in dtypes:
+            one = argparse.Namespace(**{**vars(args), "arch": arch, "dtype": dtype})
+            print(f"\n=== {arch} {dtype} ===")
+            try:
+                failed, _summary, stats = run_parity(one, work / f"{arch}-{dtype}")
+            except Exception as exc:  # one architecture's failure must not hide the others
+                rows.append(MatrixRow(arch, dtype, "-", f"error: {exc!r}"[:80], "-", False))
+                continue
+            rows.append(
+                MatrixRow(
+                    arch, dtype, stats.get("paths", "?"), stats.get("mmlu", "-"),
+                    stats.get("gsm8k", "-"), not failed,
+                )
+            )  # fmt: skip
+    table = [
+        "| architecture | dtype | paths served (log-likelihood / generation) "
+        "| MMLU letter identical | GSM8K response identical | parity |",
+        "| --- | --- | --- | --- | --- | --- |",
+    ]
+    for row in rows:
+        table.append(
+            f"| {row.arch} | {row.dtype} | {row.paths} | {row.mmlu} | {row.gsm8k} "
+            f"| {'ok' if row.ok else 'FAILED'} |"
+        )
+    print("\n".join(["", *table]))
+    if args.results_md:
+        append_results_md(matrix_section(args, table))
+        print("appended to benchmarks/RESULTS.md")
+    return 0 if all(row.ok for row in rows) else 1
+
+
+def matrix_section(args: argparse.Namespace, table: Sequence[str]) -> str:
+    info = machine_and_versions()
+    when = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
+    command = shlex.join(["python", "benchmarks/parity_lm_eval.py", *sys.argv[1:]])
+    setup = (
+        f"Tiny random-weight checkpoints of each model type (evalsweep.demo._matrix: "
+        f"2 layers, width 64, sliding windows of 48 tokens where the architecture has them), "
+        f"CPU. {args.num_fewshot}-shot; MMLU first {args.mmlu_limit} rows of each subject, "
+        f"GSM8K first {args.gsm8k_limit} problems; lm-eval batch size "
+        f"{args.lm_eval_batch_size}."
+    )
+    return "\n".join(
+        [
+            "",
+            f"## evalsweep vs lm-eval: architecture matrix, {when}",
+            "",
+            "; ".join(f"{k}: {v}" for k, v in info.items()),
+            "",
+            setup,
+            "",
+            *table,
+            "",
+            f"Command: `{command}`",
+            "",
+        ]
+    )
+
+
+def served_paths(out_dir: Path) -> str:
+    """The paths evalsweep's result document says served the (single) checkpoint."""
+    document = json.loads((out_dir / "results.json").read_text())
+    runtime = document["checkpoints"][0].get("runtime", {})
+    paths = runtime.get("paths", {})
+    return f"{paths.get('loglikelihood', '?')} / {paths.get('generation', '?')}"
+
+
+def run_parity(args: argparse.Namespace, work: Path) -> tuple[bool, list[str], dict[str, str]]:
+    """One checkpoint through both harnesses: (failed, summary lines, table figures)."""
+    tasks = [t.strip() for t in args.tasks.split(",") if t.strip()]
+    work.mkdir(parents=True, exist_ok=True)
+    data_dir = args.data_dir.resolve()
+    stats: dict[str, str] = {}
     ckpt = build_local_checkpoint(
         work / f"ckpt-{args.arch}",
         data_dir=data_dir,
@@ -432,6 +546,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         width=args.width,
         n_head=args.n_head,
         seed=args.seed,
+        dtype=args.dtype,
     )
     include = write_task_dir(work / "lm_eval_tasks", data_dir)
     limits = {"mmlu": args.mmlu_limit, "gsm8k": args.gsm8k_limit}
@@ -448,13 +563,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         lm_out = work / f"lm_eval-{task}"
         cmd = lm_eval_command(
             ckpt, PREFIX + task, include, lm_out, limit=limits[task],
-            num_fewshot=shots[task], batch_size=args.lm_eval_batch_size,
+            num_fewshot=shots[task], batch_size=args.lm_eval_batch_size, dtype=args.dtype,
         )  # fmt: skip
         measured = run_measured(cmd, work / f"lm_eval-{task}.log")
         print(f"lm-eval   {task:<6} {measured.wall_s:7.1f} s  rc={measured.returncode}")
         if measured.returncode:
-            print(f"lm-eval failed, see {work / f'lm_eval-{task}.log'}")
-            return 2
+            raise RuntimeError(f"lm-eval failed, see {work / f'lm_eval-{task}.log'}")
         results, samples = read_lm_eval_output(lm_out)
         lm_results = {
             key: {**lm_results.get(key, {}), **value} if isinstance(value, dict) else value
@@ -466,13 +580,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         cmd = evalsweep_command(
             [ckpt], task, data_dir, es_out, store=work / f"store-{task}.db",
             limit=limits[task], num_fewshot=shots[task],
-            batch_size=args.evalsweep_batch_size,
+            batch_size=args.evalsweep_batch_size, dtype=args.dtype,
         )  # fmt: skip
         measured = run_measured(cmd, work / f"evalsweep-{task}.log")
         print(f"evalsweep {task:<6} {measured.wall_s:7.1f} s  rc={measured.returncode}")
         if measured.returncode:
-            print(f"evalsweep failed, see {work / f'evalsweep-{task}.log'}")
-            return 2
+            raise RuntimeError(f"evalsweep failed, see {work / f'evalsweep-{task}.log'}")
+        stats["paths"] = served_paths(es_out)
         rows, aggregates = read_evalsweep_output(es_out)
         es_rows += rows
         es_aggregates.update(aggregates)
@@ -505,6 +619,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         for line in (mmlu.missing + mmlu.disagreements)[: args.show]:
             say(f"   {line}")
         failed |= not mmlu.rate >= MMLU_THRESHOLD or bool(mmlu.missing)
+        stats["mmlu"] = f"{mmlu.agree}/{mmlu.compared} (ties {mmlu.ties})"
     for task in (t for t in tasks if t in CHOICE_TASKS):
         choice = compare_choice(task, lm_samples, es_rows)
         say(
@@ -531,6 +646,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         say(f"GSM8K what the check can see: {gsm8k_diversity(es_rows)}")
         for line in (gsm.missing + gsm.disagreements)[: args.show]:
             say(f"   {line}")
+        stats["gsm8k"] = f"{gsm.same_response}/{gsm.compared}"
         failed |= not gsm.rate >= GSM8K_THRESHOLD or not gsm.scores_equal or bool(gsm.missing)
 
     lm_agg = lm_eval_aggregates(lm_results)
@@ -547,10 +663,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     for line in differ:
         say(f"   {line}")
     say("PARITY FAILED" if failed else "PARITY OK")
-    if args.results_md:
-        append_results_md(results_section(args, summary))
-        print("appended to benchmarks/RESULTS.md")
-    return 1 if failed else 0
+    return failed, summary, stats
 
 
 def results_section(args: argparse.Namespace, summary: Sequence[str]) -> str:
@@ -560,8 +673,9 @@ def results_section(args: argparse.Namespace, summary: Sequence[str]) -> str:
     command = shlex.join(["python", "benchmarks/parity_lm_eval.py", *sys.argv[1:]])
     setup = (
         f"Model: {args.arch}, {args.n_layer} layers, width {args.width}, {args.n_head} heads, "
-        f"random weights (seed {args.seed}), float32, CPU. {args.num_fewshot}-shot; MMLU first "
-        f"{args.mmlu_limit} rows of each subject, GSM8K first {args.gsm8k_limit} problems; "
+        f"random weights (seed {args.seed}), {args.dtype}, CPU. {args.num_fewshot}-shot; "
+        f"MMLU first {args.mmlu_limit} rows of each subject, "
+        f"GSM8K first {args.gsm8k_limit} problems; "
         f"lm-eval batch size {args.lm_eval_batch_size}, evalsweep batch size "
         f"{args.evalsweep_batch_size or 'default'}. ARC and HellaSwag: first "
         f"{args.choice_limit} questions, {args.choice_fewshot}-shot. Tasks: {args.tasks}."

@@ -27,6 +27,7 @@ WEIGHT_PATTERNS = ("*.safetensors", "*.bin", "*.pt", "*.pth", "*.gguf")
 ADAPTER_CONFIG = "adapter_config.json"
 ADAPTER_FILES = (ADAPTER_CONFIG, "tokenizer.json", "tokenizer_config.json")
 CONFIG_FILES = ("config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json")
+CODE_PATTERNS = ("*.py", "tokenizer.model")
 HUB_ID = re.compile(r"^[A-Za-z0-9][\w.\-]*/[\w.\-]+$")
 
 
@@ -245,7 +246,10 @@ def fingerprint_folder(
     folder must not be mistaken for the old one by the result cache.
     """
     digest = hashlib.sha256()
-    files = [path / name for name in config_files if (path / name).is_file()] + weights
+    files = [path / name for name in config_files if (path / name).is_file()]
+    # Code the checkpoint ships (run with --trust-remote-code) and a SentencePiece
+    # model change answers as much as weights do.
+    files += sorted(p for pattern in CODE_PATTERNS for p in path.glob(pattern)) + weights
     for file in files:
         digest.update(file.name.encode() + b"\0")
         with file.open("rb") as handle:

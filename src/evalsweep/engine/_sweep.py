@@ -199,6 +199,8 @@ def run_sweep(spec: SweepSpec, store: Store, progress: Progress | None = None) -
                         backend = load_backend(spec.backend, checkpoint, spec.options)
                         backends[checkpoint.reference] = dict(backend.describe())
                     _answer(backend, checkpoint, run, missing, backend_key, store, progress)
+                    # Again after answering: the description counts what each path served.
+                    backends[checkpoint.reference] = dict(backend.describe())
                 stored = store.fetch(
                     checkpoint.identity, backend_key, run.task.name, run.settings_key, keys
                 )

@@ -22,12 +22,22 @@ A PEFT adapter checkpoint loads its base model and attaches the adapter with
 from __future__ import annotations
 
 import inspect
+import re
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 from evalsweep.checkpoints import ResolvedCheckpoint
 from evalsweep.errors import BackendError, CheckpointError
 from evalsweep.models import BackendOptions
+from evalsweep.models._arch import (
+    FULL_FORWARD,
+    PLAIN_DECODE,
+    PREFIX_REUSE,
+    RESERVED_DECODE,
+    Attention,
+    plan,
+)
 from evalsweep.models._base import ProgressCallback
 from evalsweep.models._tokens import (
     PairEncoder,
@@ -73,6 +83,13 @@ class HFBackend:
         inner = self.model.get_base_model() if checkpoint.is_adapter else self.model
         self._keeps_logits = "logits_to_keep" in inspect.signature(inner.forward).parameters
         self._token_budget = self._initial_token_budget()
+        # Which fast paths are exact for this checkpoint's attention (models/_arch.py).
+        self.plan = plan(
+            Attention.from_model(inner),
+            options.prefix_reuse,
+            str(self.dtype).removeprefix("torch."),
+        )
+        self._served: dict[str, int] = {}
 
     # -- identity -----------------------------------------------------------------
 
@@ -94,7 +111,21 @@ class HFBackend:
         info["num_parameters"] = sum(p.numel() for p in self.model.parameters())
         if self.checkpoint.is_adapter:
             info["adapter"] = "peft, not merged"
+        info["paths"] = {**self.plan.describe(), "served": dict(self._served)}
         return info
+
+    def _count(self, path: str, n: int) -> None:
+        self._served[path] = self._served.get(path, 0) + n
+
+    def _fall_back(self, kind: str, path: str, exc: BaseException) -> None:
+        """A fast path failed: the plain path serves this and every later request of ``kind``."""
+        failed = getattr(self.plan, kind)
+        note = f"{failed} failed ({type(exc).__name__}: {first_line(exc)}); {path} took over"
+        notes = (*self.plan.notes, note)
+        if kind == "loglikelihood":
+            self.plan = replace(self.plan, loglikelihood=path, notes=notes)
+        else:
+            self.plan = replace(self.plan, generation=path, notes=notes)
 
     def close(self) -> None:
         del self.model
@@ -134,21 +165,31 @@ class HFBackend:
 
         def deliver(tokens: tuple[int, ...], logprobs: Any) -> None:
             members = inputs[tokens]
+            new = sum(results[index] is None for index, _ in members)
             for index, continuation in members:
                 rows = logprobs[-len(continuation) :]
                 target = torch.tensor(continuation[-rows.shape[0] :], dtype=torch.long)
                 picked = rows.gather(1, target.unsqueeze(1)).squeeze(1)
                 greedy = bool((rows.argmax(dim=-1) == target).all())
                 results[index] = LoglikelihoodResult(float(picked.sum()), greedy)
-            if progress:
-                progress(len(members))
+            if progress and new:
+                progress(new)
 
         plain: list[tuple[int, ...]] = []
         for prefix_length, group in self._prefix_groups(list(inputs), widths):
             if prefix_length:
-                self._score_with_prefix(prefix_length, group, widths, deliver)
+                try:
+                    self._score_with_prefix(prefix_length, group, widths, deliver)
+                except (BackendError, _OutOfMemory):
+                    raise
+                except Exception as exc:  # never a crash: the plain path answers instead
+                    self._fall_back("loglikelihood", FULL_FORWARD, exc)
+                    plain.extend(group)
+                    continue
+                self._count(PREFIX_REUSE, sum(len(inputs[t]) for t in group))
             else:
                 plain.extend(group)
+        self._count(FULL_FORWARD, sum(len(inputs[t]) for t in plain))
         ordered = sorted(plain, key=lambda toks: (-len(toks), toks))
         lengths = [len(toks) for toks in ordered]
         start = 0
@@ -174,7 +215,7 @@ class HFBackend:
         Returns (prefix length, inputs) pairs; length 0 means "no shared prefix worth
         reusing". The prefix never reaches into positions that are scored.
         """
-        if not self.options.prefix_reuse:
+        if self.plan.loglikelihood != PREFIX_REUSE:
             return [(0, inputs)]
         # In lexicographic order, inputs that share a long prefix sit next to each
         # other; a group grows while its common prefix stays long (at least 80% of
@@ -222,7 +263,9 @@ class HFBackend:
         prefix = torch.tensor([group[0][:prefix_length]], dtype=torch.long, device=self.device)
         with torch.inference_mode():
             extra = {"logits_to_keep": 1} if self._keeps_logits else {}
-            cached = self.model(input_ids=prefix, use_cache=True, **extra).past_key_values
+            cached = self.model(
+                input_ids=prefix, use_cache=True, past_key_values=_full_cache(), **extra
+            ).past_key_values
         layers = _cache_tensors(cached)
         per_row_bytes = sum(k.numel() + v.numel() for k, v in layers) * layers[0][0].element_size()
         max_rows = max(1, int(self._cache_budget() // max(1, per_row_bytes)))
@@ -249,15 +292,13 @@ class HFBackend:
         layers: list[tuple[Any, Any]],
         widths: Mapping[tuple[int, ...], int],
     ) -> list[Any]:
-        from transformers import DynamicCache
-
         torch = self.torch
         longest = len(batch[0]) - prefix_length
         ids = torch.zeros((len(batch), longest), dtype=torch.long)
         for row, tokens in enumerate(batch):
             suffix = tokens[prefix_length:]
             ids[row, : len(suffix)] = torch.tensor(suffix, dtype=torch.long)
-        cache = DynamicCache()
+        cache = _full_cache()
         for layer, (keys, values) in enumerate(layers):
             shape = (len(batch), *keys.shape[1:])
             cache.update(keys.expand(shape), values.expand(shape), layer)
@@ -391,9 +432,20 @@ class HFBackend:
             for start in range(0, len(order), size):
                 chunk = order[start : start + size]
                 seeds = [_seed(requests[i]) for i in chunk] if sample else None
-                texts = self._generate_batch(
-                    [encoded[i] for i in chunk], stops, max_gen_toks, temperature, seeds
-                )
+                contexts = [encoded[i] for i in chunk]
+                texts = None
+                if self.plan.generation != PLAIN_DECODE:
+                    try:
+                        texts = self._generate_batch(
+                            contexts, stops, max_gen_toks, temperature, seeds
+                        )
+                    except BackendError:
+                        raise
+                    except Exception as exc:  # never a crash: the plain path answers instead
+                        self._fall_back("generation", PLAIN_DECODE, exc)
+                if texts is None:
+                    texts = self._generate_plain(contexts, stops, max_gen_toks, temperature, seeds)
+                self._count(self.plan.generation, len(chunk))
                 for i, text in zip(chunk, texts, strict=True):
                     results[i] = text
                 if progress:
@@ -439,13 +491,22 @@ class HFBackend:
                 if seeds is not None:
                     generators = [torch.Generator().manual_seed(seed) for seed in seeds]
                 next_tokens = self._pick(first_logits, temperature, generators, alive)
-                # Additive mask over (pad, context, generated) keys for one query
-                # position, allocated once at full length; each step passes a view.
-                blocked = torch.finfo(self.dtype).min
-                additive = torch.zeros(
-                    (rows, 1, 1, longest + max_new), dtype=self.dtype, device=device
-                )
-                additive[:, :, :, :longest][mask.to(device)[:, None, None, :] == 0] = blocked
+                if self.plan.generation == RESERVED_DECODE:
+                    # Additive mask over (pad, context, generated) keys for one query
+                    # position, allocated once at full length; each step passes a view.
+                    # One mask serves every layer: only full causal attention takes it.
+                    blocked = torch.finfo(self.dtype).min
+                    additive = torch.zeros(
+                        (rows, 1, 1, longest + max_new), dtype=self.dtype, device=device
+                    )
+                    additive[:, :, :, :longest][mask.to(device)[:, None, None, :] == 0] = blocked
+                else:
+                    # A 2-D padding mask: transformers builds each layer's own mask
+                    # (sliding window or full) over the cache, which keeps every position.
+                    additive = torch.ones(
+                        (rows, longest + max_new), dtype=torch.long, device=device
+                    )
+                    additive[:, :longest] = mask.to(device)
                 width = longest
                 last = positions[:, -1].to(device)
                 for step in range(max_new):
@@ -495,13 +556,64 @@ class HFBackend:
         torch = self.torch
         cache = _reserved_cache(max_new)
         logits = []
+        extra = {"logits_to_keep": 1} if self._keeps_logits else {}
         for row, tokens in enumerate(contexts):
             ids = torch.tensor([tokens], dtype=torch.long, device=self.device)
-            out = self.model(input_ids=ids, use_cache=True, logits_to_keep=1)
+            # A cache of full layers: a sliding layer's own cache keeps only its
+            # window, and every row's keys must line up position by position.
+            out = self.model(input_ids=ids, use_cache=True, past_key_values=_full_cache(), **extra)
             logits.append(out.logits[0, -1])
             for layer, (keys, values) in enumerate(_cache_tensors(out.past_key_values)):
                 cache.place(layer, row, len(contexts), longest, keys, values)
         return cache, torch.stack(logits)
+
+    def _generate_plain(
+        self,
+        contexts: list[list[int]],
+        stops: list[str],
+        max_new: int,
+        temperature: float = 0.0,
+        seeds: list[int] | None = None,
+    ) -> list[str]:
+        """One prompt at a time with the model's own cache: what ``model.generate`` runs.
+
+        The path for architectures no fast decode loop is proven exact for.
+        """
+        torch = self.torch
+        tail = max(len(self.tokenizer.encode(s, add_special_tokens=False)) for s in stops) + 2
+        eos_ids = self._eos_ids()
+        extra = {"logits_to_keep": 1} if self._keeps_logits else {}
+        texts = []
+        for row, tokens in enumerate(contexts):
+            generators = None
+            if seeds is not None:
+                generators = [torch.Generator().manual_seed(seeds[row])]
+            generated: list[int] = []
+            try:
+                with torch.inference_mode():
+                    ids = torch.tensor([tokens], dtype=torch.long, device=self.device)
+                    out = self.model(input_ids=ids, use_cache=True, **extra)
+                    for step in range(max_new):
+                        token = self._pick(out.logits[:, -1], temperature, generators, [0])
+                        generated.append(int(token[0]))
+                        if (
+                            generated[-1] in eos_ids
+                            or self._stopped(generated, stops, tail)
+                            or step == max_new - 1
+                        ):
+                            break
+                        out = self.model(
+                            input_ids=token[:, None],
+                            past_key_values=out.past_key_values,
+                            use_cache=True,
+                        )
+            except self.torch.cuda.OutOfMemoryError as exc:
+                raise BackendError(
+                    f"out of memory generating from a prompt of {len(tokens)} tokens"
+                ) from exc
+            text = self.tokenizer.decode(generated, skip_special_tokens=True)
+            texts.append(cut_at_stops(text, stops))
+        return texts
 
     def _pick(self, logits: Any, temperature: float, generators: Any, alive: list[int]) -> Any:
         """Greedy, or one draw per row from its own seeded generator (batch-independent)."""
@@ -526,6 +638,20 @@ class HFBackend:
         return set(configured) if isinstance(configured, list) else {int(configured)}
 
 
+def _full_cache() -> Any:
+    """An empty ``DynamicCache`` whose every layer keeps every position.
+
+    Built without the model's config on purpose: with it, transformers gives a
+    sliding-window layer a cache that drops positions older than its window,
+    which cannot be shared across rows or laid out position by position.
+    Attention masks still apply each layer's window (transformers builds them
+    from absolute positions), so the answers are the full forward's.
+    """
+    from transformers import DynamicCache
+
+    return DynamicCache()
+
+
 def _reserved_cache(reserve: int) -> Any:
     """A key/value cache that reserves room for ``reserve`` more positions per layer.
 
@@ -536,7 +662,8 @@ def _reserved_cache(reserve: int) -> Any:
     from transformers.cache_utils import Cache, DynamicCache, DynamicLayer
 
     class ReservedLayer(DynamicLayer):
-        def update(self, key_states: Any, value_states: Any, cache_kwargs: Any = None) -> Any:
+        def update(self, key_states: Any, value_states: Any, *args: Any, **kwargs: Any) -> Any:
+            # transformers 4.x passes cache_kwargs positionally, 5.x by keyword: neither is used.
             if not self.is_initialized:
                 _initialize(self, key_states, value_states)
                 self.filled = 0
@@ -674,6 +801,7 @@ def _load_model(checkpoint: ResolvedCheckpoint, options: BackendOptions, device:
     from transformers import AutoConfig, AutoModelForCausalLM
 
     where = f"checkpoint {checkpoint.reference!r}"
+    config = None
     try:
         config = AutoConfig.from_pretrained(
             checkpoint.load_path,
@@ -692,10 +820,7 @@ def _load_model(checkpoint: ResolvedCheckpoint, options: BackendOptions, device:
     except MemoryError as exc:
         raise BackendError(f"{where}: out of memory while loading the weights") from exc
     except Exception as exc:
-        message = first_line(exc)
-        if "trust_remote_code" in message:
-            message = "it needs custom code: pass --trust-remote-code if you trust it"
-        raise CheckpointError(f"{where}: cannot load the model ({message})") from exc
+        raise CheckpointError(f"{where}: {_load_failure(exc, config)}") from exc
     if checkpoint.is_adapter:
         model = _attach_adapter(checkpoint, model)
     model.eval()
@@ -707,6 +832,31 @@ def _load_model(checkpoint: ResolvedCheckpoint, options: BackendOptions, device:
             f"{where}: cannot move the model to {device} ({first_line(exc)})"
         ) from exc
     return model
+
+
+def _load_failure(exc: BaseException, config: Any) -> str:
+    """One line saying why a checkpoint cannot be served, naming its model type."""
+    import transformers
+
+    message = first_line(exc)
+    if "trust_remote_code" in message or "contains custom code" in message:
+        return "it needs custom code: pass --trust-remote-code if you trust it"
+    model_type = getattr(config, "model_type", None)
+    if "does not recognize this architecture" in message or (
+        config is None and "model type" in message
+    ):
+        named = re.search(r"model type `([^`]+)`", message)
+        kind = named.group(1) if named else "this"
+        return (
+            f"model type {kind!r} is unknown to transformers {transformers.__version__}; "
+            "a newer transformers may know it"
+        )
+    if "Unrecognized configuration class" in message:
+        return (
+            f"model type {model_type!r} is not a causal language model "
+            "(AutoModelForCausalLM cannot load it); evalsweep scores causal LMs only"
+        )
+    return f"cannot load the model ({message})"
 
 
 def _swap_in_place_activations(model: Any) -> None:
