@@ -64,6 +64,19 @@ OPTION_ROLES: Mapping[str, Role] = {
 }
 
 
+#: Every :class:`~evalsweep.engine.SweepSpec` field and where it enters a stored row's address.
+SPEC_ROLES: Mapping[str, str] = {
+    "checkpoints": "checkpoint identity",
+    "tasks": "task name and task key",
+    "data_dir": "document key and request hash (the documents and prompts read)",
+    "limit": "which documents are asked; each is keyed on its own",
+    "num_fewshot": "task key",
+    "backend": "backend key",
+    "options": "backend key, field by field (OPTION_ROLES)",
+    "chat": "task key (ChatOptions.settings)",
+}
+
+
 @dataclass(frozen=True)
 class CacheKey:
     """One part of a stored answer's address: the settings and their short hash."""
