@@ -7,7 +7,7 @@ and the audit log, so a job outlives the server that started it and
 
 from __future__ import annotations
 
-from evalsweep.store import Store
+from evalsweep.store import Component, Store
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS agent_quotes (
@@ -62,5 +62,15 @@ CREATE TABLE IF NOT EXISTS agent_ledger (
 """
 
 
+#: The agent's tables and their version. 1: as first released. To change them, add
+#: ``steps[1]`` (version 1 to 2) and raise the version; ``SCHEMA`` stays the newest.
+AGENT_TABLES = Component(
+    name="agent",
+    version=1,
+    create=[statement.strip() for statement in SCHEMA.split(";") if statement.strip()],
+    present="agent_quotes",
+)
+
+
 def ensure_agent_tables(store: Store) -> None:
-    store.ensure_tables(SCHEMA)
+    store.ensure_component(AGENT_TABLES)

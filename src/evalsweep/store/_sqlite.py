@@ -18,8 +18,11 @@ from pathlib import Path
 from typing import Any
 
 from evalsweep.errors import StoreError
+from evalsweep.store._migrations import COMPONENTS_TABLE, Component, ensure_component
 
-SCHEMA_VERSION = 1
+#: Version of the results tables (``samples``, ``keys``, ``runs``, ``audit``, ``components``).
+#: 1: the first release; 2: ``components`` records the versions of other packages' tables.
+SCHEMA_VERSION = 2
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS samples (
     checkpoint   TEXT NOT NULL,
@@ -65,6 +68,13 @@ CREATE TABLE IF NOT EXISTS audit (
 );
 """
 
+STORE_TABLES = Component(
+    name="store",
+    version=SCHEMA_VERSION,
+    create=[*(s.strip() for s in SCHEMA.split(";") if s.strip()), COMPONENTS_TABLE],
+    steps={1: [COMPONENTS_TABLE]},
+)
+
 
 def default_store_path() -> Path:
     """``$EVALSWEEP_STORE``, else ``$XDG_DATA_HOME/evalsweep/results.sqlite``."""
@@ -106,18 +116,18 @@ class Store:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             self._conn = sqlite3.connect(self.path, timeout=30)
             self._conn.execute("PRAGMA journal_mode=WAL")
-            version = self._conn.execute("PRAGMA user_version").fetchone()[0]
-            tables = self._conn.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]
-            if tables and version != SCHEMA_VERSION:
-                self._conn.close()
-                raise StoreError(
-                    f"results store {self.path} has schema version {version}, this evalsweep "
-                    f"uses {SCHEMA_VERSION}; use another --store"
-                )
-            self._conn.executescript(SCHEMA)
-            self._conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+            ensure_component(self._conn, self.path, STORE_TABLES)
         except (OSError, sqlite3.Error) as exc:
+            self._close_quietly()
             raise StoreError(f"cannot open results store {self.path}: {exc}") from exc
+        except StoreError:
+            self._close_quietly()
+            raise
+
+    def _close_quietly(self) -> None:
+        conn = getattr(self, "_conn", None)
+        if conn is not None:
+            conn.close()
 
     def close(self) -> None:
         self._conn.close()
@@ -249,15 +259,15 @@ class Store:
         cursor = self._conn.execute("SELECT document FROM runs ORDER BY created")
         return [json.loads(row[0]) for row in cursor]
 
-    def ensure_tables(self, schema: str) -> None:
-        """Create another package's tables (``CREATE TABLE IF NOT EXISTS ...``) in this file.
+    def ensure_component(self, component: Component) -> None:
+        """Create or upgrade another package's tables in this file (see ``_migrations``).
 
-        Packages such as ``agent`` and ``compute`` keep their state here too, so
-        one file holds results, jobs and the audit log; their tables are additive
-        and do not change the schema version.
+        Packages such as ``agent`` keep their state here too, so one file holds
+        results, jobs and the audit log; their tables carry their own version, so
+        an older file is upgraded (after a backup copy) and a newer one refused.
         """
         try:
-            self._conn.executescript(schema)
+            ensure_component(self._conn, self.path, component)
         except sqlite3.Error as exc:
             raise StoreError(f"cannot create tables in results store {self.path}: {exc}") from exc
 
