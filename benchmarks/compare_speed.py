@@ -20,12 +20,14 @@ import argparse
 import hashlib
 import os
 import platform
+import resource
 import sqlite3
 import subprocess
 import sys
 import tempfile
 import time
 from collections.abc import Sequence
+from contextlib import closing
 from pathlib import Path
 
 from evalsweep.requests import GenerationRequest, LoglikelihoodRequest, LoglikelihoodResult
@@ -128,7 +130,7 @@ def fill_store(store_path: Path, data_dir: Path, root: Path) -> list[str]:
 
 def row_sizes(store_path: Path) -> dict[str, float]:
     columns = ("requests", "responses", "details", "document", "metrics")
-    with sqlite3.connect(store_path) as conn:
+    with closing(sqlite3.connect(store_path)) as conn:
         rows = conn.execute("SELECT COUNT(*) FROM samples").fetchone()[0]
         sizes = {
             column: conn.execute(f"SELECT AVG(LENGTH({column})) FROM samples").fetchone()[0]
@@ -139,21 +141,28 @@ def row_sizes(store_path: Path) -> dict[str, float]:
     return sizes
 
 
-def time_command(argv: list[str], env: dict[str, str], repeat: int) -> tuple[float, str, int]:
+def time_command(
+    argv: list[str], env: dict[str, str], repeat: int
+) -> tuple[float, float, str, int]:
+    """Best wall time and best CPU time (user + system) of ``repeat`` runs."""
     times = []
+    cpu = []
     heavy = "?"
     code = 0
     for _ in range(repeat):
+        used = resource.getrusage(resource.RUSAGE_CHILDREN)
         began = time.perf_counter()
         done = subprocess.run(
             [sys.executable, "-c", PROBE, *argv], env=env, capture_output=True, text=True
         )
         times.append(time.perf_counter() - began)
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        cpu.append(after.ru_utime - used.ru_utime + after.ru_stime - used.ru_stime)
         code = done.returncode
         for line in done.stderr.splitlines():
             if line.startswith("HEAVY="):
                 heavy = line[6:]
-    return min(times), heavy, code
+    return min(times), min(cpu), heavy, code
 
 
 def main() -> None:
@@ -177,6 +186,7 @@ def main() -> None:
             f"{sizes['file_bytes_per_row'] / 1024:.1f} KiB a row on disk; average bytes: "
             + ", ".join(f"{k} {sizes[k]:.0f}" for k in ("requests", "responses", "details",
                                                        "document", "metrics"))
+            , flush=True,
         )  # fmt: skip
         env = dict(os.environ, EVALSWEEP_STORE=str(store_path), COLUMNS="200")
         if args.python_path:
@@ -185,8 +195,12 @@ def main() -> None:
         print(f"python {platform.python_version()} on {platform.machine()}, {os.cpu_count()} CPUs")
         for label, template in COMMANDS.items():
             argv = [part.format(**values) for part in template]
-            seconds, heavy, code = time_command(argv, env, args.repeat)
-            print(f"{label:20s} {seconds:6.2f} s  exit {code}  heavy imports: {heavy}")
+            seconds, cpu, heavy, code = time_command(argv, env, args.repeat)
+            print(
+                f"{label:20s} wall {seconds:6.2f} s  cpu {cpu:6.2f} s  exit {code}  "
+                f"torch/transformers imported: {heavy}",
+                flush=True,
+            )
 
 
 if __name__ == "__main__":
