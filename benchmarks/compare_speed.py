@@ -171,6 +171,9 @@ def main() -> None:
     parser.add_argument("--store", type=Path, help="Keep the filled store here.")
     parser.add_argument("--python-path", help="PYTHONPATH for the timed commands.")
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument(
+        "--commands", default=",".join(COMMANDS), help=f"Some of: {', '.join(COMMANDS)}."
+    )
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(args.store.parent if args.store else tmp)
@@ -193,7 +196,8 @@ def main() -> None:
             env["PYTHONPATH"] = args.python_path
         values = {"a": references[0], "b": references[1], "c": references[2], "out": str(root)}
         print(f"python {platform.python_version()} on {platform.machine()}, {os.cpu_count()} CPUs")
-        for label, template in COMMANDS.items():
+        for label in args.commands.split(","):
+            template = COMMANDS[label]
             argv = [part.format(**values) for part in template]
             seconds, cpu, heavy, code = time_command(argv, env, args.repeat)
             print(
