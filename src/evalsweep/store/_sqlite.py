@@ -21,8 +21,9 @@ from evalsweep.errors import StoreError
 from evalsweep.store._migrations import COMPONENTS_TABLE, Component, ensure_component
 
 #: Version of the results tables (``samples``, ``keys``, ``runs``, ``audit``, ``components``).
-#: 1: the first release; 2: ``components`` records the versions of other packages' tables.
-SCHEMA_VERSION = 2
+#: 1: the first release; 2: ``components`` records the versions of other packages' tables;
+#: 3: a row's requests keep each distinct context once (``_pack_requests``).
+SCHEMA_VERSION = 3
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS samples (
     checkpoint   TEXT NOT NULL,
@@ -72,7 +73,7 @@ STORE_TABLES = Component(
     name="store",
     version=SCHEMA_VERSION,
     create=[*(s.strip() for s in SCHEMA.split(";") if s.strip()), COMPONENTS_TABLE],
-    steps={1: [COMPONENTS_TABLE]},
+    steps={1: [COMPONENTS_TABLE], 2: lambda conn: _compact_requests(conn)},
 )
 
 
@@ -202,7 +203,7 @@ class Store:
                 r.doc_id,
                 r.subject,
                 r.request_hash,
-                json.dumps(r.requests),
+                _pack_requests(r.requests),
                 json.dumps(r.responses),
                 r.target,
                 r.prediction,
@@ -355,8 +356,57 @@ class Store:
 def _record(row: sqlite3.Row | tuple[Any, ...]) -> SampleRecord:
     return SampleRecord(
         checkpoint=row[0], backend=row[1], task=row[2], settings=row[3], doc_key=row[4],
-        doc_id=row[5], subject=row[6], request_hash=row[7], requests=json.loads(row[8]),
+        doc_id=row[5], subject=row[6], request_hash=row[7], requests=_unpack_requests(row[8]),
         responses=json.loads(row[9]), target=row[10], prediction=row[11],
         correct=bool(row[12]), response=row[13], metrics=json.loads(row[14]),
         details=json.loads(row[15]), document=json.loads(row[16]),
     )  # fmt: skip
+
+
+def _pack_requests(requests: list[Any]) -> str:
+    """A row's requests as stored: each distinct context once.
+
+    MMLU's four choices share one few-shot prompt, which was most of a stored row.
+    Each request that has a text ``context`` keeps its keys in order, with an empty
+    context and its index in ``contexts`` at the same position in ``refs``.
+    """
+    contexts: dict[str, int] = {}
+    packed: list[Any] = []
+    refs: list[int | None] = []
+    for request in requests:
+        if isinstance(request, dict) and isinstance(request.get("context"), str):
+            refs.append(contexts.setdefault(request["context"], len(contexts)))
+            packed.append({**request, "context": ""})
+        else:
+            refs.append(None)
+            packed.append(request)
+    return json.dumps({"contexts": list(contexts), "refs": refs, "requests": packed})
+
+
+def _unpack_requests(text: str) -> list[Any]:
+    """The requests exactly as written (rows of schema versions 1 and 2 hold a plain list)."""
+    value = json.loads(text)
+    if isinstance(value, list):
+        return value
+    contexts = value["contexts"]
+    requests: list[Any] = value["requests"]
+    for request, ref in zip(requests, value["refs"], strict=True):
+        if ref is not None:
+            request["context"] = contexts[ref]
+    return requests
+
+
+def _compact_requests(conn: sqlite3.Connection) -> None:
+    """Upgrade step 2 -> 3: every row's requests packed, inside the upgrade's transaction."""
+    last = -1
+    while True:
+        batch = conn.execute(
+            "SELECT rowid, requests FROM samples WHERE rowid > ? ORDER BY rowid LIMIT 2000", (last,)
+        ).fetchall()
+        if not batch:
+            return
+        conn.executemany(
+            "UPDATE samples SET requests = ? WHERE rowid = ?",
+            [(_pack_requests(json.loads(text)), rowid) for rowid, text in batch],
+        )
+        last = batch[-1][0]
