@@ -4,4 +4,9 @@ Scores several checkpoints on the same benchmarks, stores every per-question
 result, and compares them with paired statistics.
 """
 
-__version__ = "0.1.0"
+from importlib import metadata
+
+try:  # one place holds the version: pyproject.toml, read back from the installed metadata
+    __version__ = metadata.version("evalsweep")
+except metadata.PackageNotFoundError:  # pragma: no cover - run from a tree never installed
+    __version__ = "0+unknown"

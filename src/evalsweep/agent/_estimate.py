@@ -22,7 +22,7 @@ from typing import Any
 
 from evalsweep.agent._schema import ensure_agent_tables
 from evalsweep.agent._settings import DEFAULT_THROUGHPUT, AgentSettings
-from evalsweep.store import Store, settings_key
+from evalsweep.store import Store
 
 CHARS_PER_TOKEN = 4
 #: Seconds to start the process and load each checkpoint, added to every estimate.
@@ -66,7 +66,7 @@ def plan_work(
     device: str,
 ) -> Work:
     """Plan the sweep (resolving references, reading data, building prompts)."""
-    from evalsweep.engine import SweepSpec, backend_settings, plan_sweep
+    from evalsweep.engine import SweepSpec, backend_cache_key, plan_sweep
     from evalsweep.models import BackendOptions
 
     spec = SweepSpec(
@@ -78,8 +78,8 @@ def plan_work(
         options=BackendOptions(device=device),
     )
     resolved, task_runs = plan_sweep(spec)
-    backend = backend_settings(spec)
-    backend_key = settings_key("backend", backend)
+    cache_key = backend_cache_key(spec)
+    backend_key = cache_key.key
     digest = hashlib.sha256()
     parameters = {}
     for checkpoint in resolved:
@@ -126,7 +126,7 @@ def plan_work(
         prompt_tokens=prompt_chars // CHARS_PER_TOKEN,
         max_generated_tokens=generated,
         work_hash=digest.hexdigest(),
-        device_type=str(backend["device_type"]),
+        device_type=str(cache_key.settings["device_type"]),
         plan=plan,
     )
 

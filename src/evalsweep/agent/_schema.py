@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import sqlite3
 
-from evalsweep.store import Store
+from evalsweep.store import Component, Store
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS agent_quotes (
@@ -67,8 +67,10 @@ CREATE TABLE IF NOT EXISTS agent_ledger (
 );
 """
 
-#: Columns added after the first release: (table, column, declaration), added when missing.
-ADDED = (
+#: Columns version 2 added (spend reservations, estimates against actuals, live progress):
+#: (table, column, declaration). ``SCHEMA`` already has them; version 1's tables get them
+#: from ``_add_columns``.
+ADDED_IN_2 = (
     ("agent_jobs", "estimated_s", "REAL"),
     ("agent_jobs", "progress", "TEXT"),
     ("agent_ledger", "reserved", "REAL NOT NULL DEFAULT 0"),
@@ -76,15 +78,25 @@ ADDED = (
 )
 
 
-def ensure_agent_tables(store: Store) -> None:
-    store.ensure_tables(SCHEMA)
-    conn = store.connection
-    for table, column, declaration in ADDED:
+def _add_columns(conn: sqlite3.Connection) -> None:
+    """Version 1 to 2: the columns ``ADDED_IN_2`` names, where a table lacks them."""
+    for table, column, declaration in ADDED_IN_2:
         names = {row[1] for row in conn.execute(f"PRAGMA table_info({table})")}
         if column not in names:
-            try:
-                with conn:
-                    conn.execute(f"ALTER TABLE {table} ADD COLUMN {column} {declaration}")
-            except sqlite3.OperationalError as exc:  # another process added it meanwhile
-                if "duplicate column" not in str(exc):
-                    raise
+            conn.execute(f"ALTER TABLE {table} ADD COLUMN {column} {declaration}")
+
+
+#: The agent's tables and their version. 1: as first released; 2: reservations, estimates
+#: and progress (``ADDED_IN_2``). To change them, add the next step and raise the version;
+#: ``SCHEMA`` stays the newest.
+AGENT_TABLES = Component(
+    name="agent",
+    version=2,
+    create=[statement.strip() for statement in SCHEMA.split(";") if statement.strip()],
+    steps={1: _add_columns},
+    present="agent_quotes",
+)
+
+
+def ensure_agent_tables(store: Store) -> None:
+    store.ensure_component(AGENT_TABLES)

@@ -22,10 +22,10 @@ from evalsweep.compute._base import SweepJob, TargetInfo, TargetRun
 from evalsweep.compute._cost import SpendMeter
 from evalsweep.compute._runner import CommandRunner
 from evalsweep.compute._transfer import PieceError, import_piece
-from evalsweep.engine import Progress, SweepSpec, backend_settings, plan_sweep, run_sweep
+from evalsweep.engine import Progress, SweepSpec, backend_cache_key, plan_sweep, run_sweep
 from evalsweep.engine import request_hash as _request_hash
 from evalsweep.errors import TargetError
-from evalsweep.store import Store, settings_key
+from evalsweep.store import Store
 from evalsweep.tasks import PreparedDocument, Task
 
 
@@ -83,8 +83,7 @@ class RayTarget:
 
         spec = self._pinned(job.spec)
         checkpoints, task_runs = plan_sweep(spec)  # typos fail here, before the cluster
-        backend = backend_settings(spec)
-        backend_key = settings_key("backend", backend)
+        backend_key = backend_cache_key(spec).key
         runner = CommandRunner(store, self.name)
         meter = SpendMeter(self.hourly_rate, self.minimum_seconds, self.currency)
         meter.start()

@@ -5,6 +5,7 @@ asks its backend only for what the store lacks, and commits scores chunk by
 chunk so interrupted sweeps resume.
 """
 
+from evalsweep.engine._cache_key import OPTION_ROLES, CacheKey, backend_cache_key, task_cache_key
 from evalsweep.engine._chat import ChatOptions
 from evalsweep.engine._stored import stored_sweep
 from evalsweep.engine._sweep import (
@@ -21,6 +22,10 @@ from evalsweep.engine._sweep import (
 from evalsweep.engine._sweep import _request_hash as request_hash
 
 __all__ = [
+    "OPTION_ROLES",
+    "CacheKey",
+    "backend_cache_key",
+    "task_cache_key",
     "ChatOptions",
     "CheckpointTaskResult",
     "Progress",

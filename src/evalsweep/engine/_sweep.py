@@ -17,12 +17,12 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 from evalsweep.checkpoints import ResolvedCheckpoint, resolve_checkpoints
+from evalsweep.engine._cache_key import backend_cache_key, task_cache_key
 from evalsweep.engine._chat import ChatOptions, load_chat_template, render_documents
 from evalsweep.errors import TaskError
 from evalsweep.models import Backend, BackendOptions, load_backend
-from evalsweep.models.hf import DTYPES
 from evalsweep.requests import GenerationRequest, LoglikelihoodRequest, LoglikelihoodResult
-from evalsweep.store import SampleRecord, Store, settings_key
+from evalsweep.store import SampleRecord, Store
 from evalsweep.tasks import (
     AggregateScore,
     DataSource,
@@ -125,13 +125,9 @@ def plan_sweep(spec: SweepSpec) -> tuple[list[ResolvedCheckpoint], dict[str, Tas
     for task in tasks:
         shots = task.default_num_fewshot if spec.num_fewshot is None else spec.num_fewshot
         data = task.load(source, spec.limit)
-        settings = {"task": task.name, "version": task.version, "num_fewshot": shots}
-        extra = getattr(task, "extra_settings", None)
-        if extra is not None:
-            settings.update(extra())
-        settings.update(spec.chat.settings())
+        key = task_cache_key(task, shots, spec.chat)
         task_runs[task.name] = TaskRun(
-            task, shots, settings_key("task", settings), task.prepare(data, shots), settings
+            task, shots, key.key, task.prepare(data, shots), dict(key.settings)
         )
     if spec.chat.active:
         for checkpoint in checkpoints:
@@ -148,21 +144,8 @@ def plan_sweep(spec: SweepSpec) -> tuple[list[ResolvedCheckpoint], dict[str, Tas
 
 
 def backend_settings(spec: SweepSpec) -> dict[str, Any]:
-    """The backend settings that can change an answer, known without loading a model."""
-    import torch
-
-    device = spec.options.device
-    device_type = ("cuda" if torch.cuda.is_available() else "cpu") if device == "auto" else device
-    if spec.backend == "openai":
-        device_type = "remote"  # the server's hardware; its address is provenance, not key
-    dtype = DTYPES.get(spec.options.dtype, spec.options.dtype)
-    return {
-        "backend": spec.backend,
-        "dtype": dtype,
-        "device_type": device_type.split(":")[0],
-        "trust_remote_code": spec.options.trust_remote_code,
-        "max_length": spec.options.max_length,
-    }
+    """The backend part of the cache key, as a mapping (see :mod:`evalsweep.engine._cache_key`)."""
+    return dict(backend_cache_key(spec).settings)
 
 
 def run_sweep(spec: SweepSpec, store: Store, progress: Progress | None = None) -> SweepResult:
@@ -170,8 +153,8 @@ def run_sweep(spec: SweepSpec, store: Store, progress: Progress | None = None) -
     progress = progress or SilentProgress()
     began = time.time()
     checkpoints, task_runs = plan_sweep(spec)
-    settings = backend_settings(spec)
-    backend_key = settings_key("backend", settings)
+    cache_key = backend_cache_key(spec)
+    settings, backend_key = dict(cache_key.settings), cache_key.key
     store.remember_key(backend_key, "backend", settings)
     for run in task_runs.values():
         store.remember_key(run.settings_key, "task", run.settings)
@@ -205,7 +188,7 @@ def run_sweep(spec: SweepSpec, store: Store, progress: Progress | None = None) -
                     checkpoint.identity, backend_key, run.task.name, run.settings_key, keys
                 )
                 documents = [p.document for p in prepared]
-                if getattr(run.task, "rescore_stored", True):
+                if run.task.rescore_stored:
                     scored = _rescore(run, prepared, [stored[key] for key in keys], store)
                 else:  # scoring runs code (HumanEval): keep the stored verdicts
                     scored = [_scored(stored[key]) for key in keys]
@@ -219,9 +202,7 @@ def run_sweep(spec: SweepSpec, store: Store, progress: Progress | None = None) -
             if backend is not None:
                 backend.close()
     for run in task_runs.values():
-        close = getattr(run.task, "close", None)
-        if close is not None:
-            close()
+        run.task.close()
     return SweepResult(
         run_id=uuid.uuid4().hex[:12],
         spec=spec,

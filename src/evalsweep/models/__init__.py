@@ -9,36 +9,9 @@ loader here.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from evalsweep.checkpoints import ResolvedCheckpoint
 from evalsweep.errors import BackendError
-from evalsweep.models._base import Backend, ProgressCallback
-
-
-@dataclass(frozen=True)
-class BackendOptions:
-    """User settings for a backend (``--device``, ``--dtype``, ``--batch-size``...)."""
-
-    device: str = "auto"
-    dtype: str = "auto"
-    batch_size: int | None = None  # None: automatic, by token budget
-    trust_remote_code: bool = False
-    max_length: int | None = None  # vLLM: its max_model_len
-    prefix_reuse: bool = True  # compute a shared few-shot prefix once per group
-    # vLLM
-    tensor_parallel_size: int = 1
-    data_parallel_size: int = 1
-    gpu_memory_utilization: float | None = None  # None: vLLM's default (0.9)
-    enforce_eager: bool = False  # no graph compilation: a faster start, slower steps
-    # OpenAI-compatible server
-    base_url: str | None = None
-    model_name: str | None = None  # served model name (default: asked from /v1/models)
-    api_key_env: str | None = None  # environment variable holding the API key
-    concurrency: int = 8
-    max_retries: int = 5
-    timeout: float = 300.0
-
+from evalsweep.models._base import DTYPES, Backend, BackendOptions, ProgressCallback
 
 BACKENDS = ("hf", "vllm", "openai")
 
@@ -65,4 +38,11 @@ def load_backend(name: str, checkpoint: ResolvedCheckpoint, options: BackendOpti
     raise BackendError(f"unknown backend {name!r} (known backends: {', '.join(BACKENDS)})")
 
 
-__all__ = ["BACKENDS", "Backend", "BackendOptions", "ProgressCallback", "load_backend"]
+__all__ = [
+    "BACKENDS",
+    "DTYPES",
+    "Backend",
+    "BackendOptions",
+    "ProgressCallback",
+    "load_backend",
+]

@@ -9,9 +9,40 @@ hardware likes, returning answers in request order.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
 from evalsweep.requests import GenerationRequest, LoglikelihoodRequest, LoglikelihoodResult
+
+#: The dtype names a user may give (``--dtype``), each to its canonical name;
+#: ``auto`` (the checkpoint's own dtype) is resolved by each backend.
+DTYPES = {"float32": "float32", "fp32": "float32", "float16": "float16", "fp16": "float16",
+          "half": "float16", "bfloat16": "bfloat16", "bf16": "bfloat16"}  # fmt: skip
+
+
+@dataclass(frozen=True)
+class BackendOptions:
+    """User settings for a backend (``--device``, ``--dtype``, ``--batch-size``...)."""
+
+    device: str = "auto"
+    dtype: str = "auto"
+    batch_size: int | None = None  # None: automatic, by token budget
+    trust_remote_code: bool = False
+    max_length: int | None = None  # vLLM: its max_model_len
+    prefix_reuse: bool = True  # compute a shared few-shot prefix once per group
+    # vLLM
+    tensor_parallel_size: int = 1
+    data_parallel_size: int = 1
+    gpu_memory_utilization: float | None = None  # None: vLLM's default (0.9)
+    enforce_eager: bool = False  # no graph compilation: a faster start, slower steps
+    # OpenAI-compatible server
+    base_url: str | None = None
+    model_name: str | None = None  # served model name (default: asked from /v1/models)
+    api_key_env: str | None = None  # environment variable holding the API key
+    concurrency: int = 8
+    max_retries: int = 5
+    timeout: float = 300.0
+
 
 #: Called with the number of requests just finished, for progress bars.
 ProgressCallback = Callable[[int], None]
@@ -36,7 +67,11 @@ class Backend(Protocol):
         ...
 
     def settings(self) -> Mapping[str, object]:
-        """Everything about the backend that can change an answer (part of the cache key)."""
+        """What the loaded backend chose that can change an answer (the dtype it resolved).
+
+        Provenance, recorded with a run; not the cache key. The key is built before
+        any model loads, from the options alone, in :mod:`evalsweep.engine._cache_key`.
+        """
         ...
 
     def describe(self) -> Mapping[str, object]:

@@ -22,8 +22,7 @@ from typing import Any
 from evalsweep import errors
 from evalsweep.checkpoints import ResolvedCheckpoint
 from evalsweep.errors import BackendError, EvalsweepError
-from evalsweep.models import BackendOptions
-from evalsweep.models._base import ProgressCallback
+from evalsweep.models._base import BackendOptions, ProgressCallback
 from evalsweep.models._tokens import first_line
 from evalsweep.requests import GenerationRequest, LoglikelihoodRequest, LoglikelihoodResult
 

@@ -29,7 +29,6 @@ from typing import Any
 
 from evalsweep.checkpoints import ResolvedCheckpoint
 from evalsweep.errors import BackendError, CheckpointError
-from evalsweep.models import BackendOptions
 from evalsweep.models._arch import (
     FULL_FORWARD,
     PLAIN_DECODE,
@@ -38,7 +37,7 @@ from evalsweep.models._arch import (
     Attention,
     plan,
 )
-from evalsweep.models._base import ProgressCallback
+from evalsweep.models._base import DTYPES, BackendOptions, ProgressCallback
 from evalsweep.models._tokens import (
     PairEncoder,
     cut_at_stops,
@@ -777,10 +776,6 @@ def _pick_device(requested: str) -> Any:
     if device.type == "cuda" and not torch.cuda.is_available():
         raise BackendError(f"--device {requested}: CUDA is not available on this machine")
     return device
-
-
-DTYPES = {"float32": "float32", "fp32": "float32", "float16": "float16", "fp16": "float16",
-          "half": "float16", "bfloat16": "bfloat16", "bf16": "bfloat16"}  # fmt: skip
 
 
 def _torch_dtype(name: str, config_dtype: Any) -> Any:

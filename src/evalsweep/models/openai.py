@@ -34,8 +34,7 @@ from urllib.parse import urlsplit
 
 from evalsweep.checkpoints import ResolvedCheckpoint
 from evalsweep.errors import BackendError
-from evalsweep.models import BackendOptions
-from evalsweep.models._base import ProgressCallback
+from evalsweep.models._base import BackendOptions, ProgressCallback
 from evalsweep.models._tokens import (
     DEFAULT_MAX_LENGTH,
     PairEncoder,

@@ -43,8 +43,8 @@ from typing import Any
 
 from evalsweep.checkpoints import ResolvedCheckpoint
 from evalsweep.errors import BackendError, CheckpointError
-from evalsweep.models import BackendOptions
-from evalsweep.models._base import ProgressCallback
+from evalsweep.models._base import DTYPES as BASE_DTYPES
+from evalsweep.models._base import BackendOptions, ProgressCallback
 from evalsweep.models._tokens import (
     PairEncoder,
     cut_at_stops,
@@ -58,9 +58,7 @@ from evalsweep.requests import GenerationRequest, LoglikelihoodRequest, Loglikel
 CHUNK = 512  # requests per LLM.generate call: progress updates without starving the batcher
 MAX_TOKEN_IDS = 128  # vLLM's limit on logprob_token_ids per request
 LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
-DTYPES = {"auto": "auto", "float32": "float32", "fp32": "float32", "float16": "float16",
-          "fp16": "float16", "half": "float16",
-          "bfloat16": "bfloat16", "bf16": "bfloat16"}  # fmt: skip
+DTYPES = {"auto": "auto", **BASE_DTYPES}  # vLLM resolves "auto" itself
 
 
 class VLLMBackend:

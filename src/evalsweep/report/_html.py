@@ -16,15 +16,19 @@ from __future__ import annotations
 
 import html
 import json
-import math
 import re
 from collections.abc import Iterable, Mapping, Sequence
+from importlib import resources
 from pathlib import Path
 from types import ModuleType
-from typing import TYPE_CHECKING, Any, TypeGuard
+from typing import TYPE_CHECKING, Any
 
 from evalsweep.errors import EvalsweepError
 from evalsweep.report._document import _atomic_write
+from evalsweep.report._numbers import finite as _finite
+from evalsweep.report._numbers import fixed as _fmt
+from evalsweep.report._numbers import p_value as _p
+from evalsweep.report._numbers import signed as _signed
 from evalsweep.report._table import SHORT, display_names
 
 if TYPE_CHECKING:
@@ -73,10 +77,10 @@ def render_html(
         "<!DOCTYPE html>\n<html lang='en'>\n<head>\n<meta charset='utf-8'>\n"
         "<meta name='viewport' content='width=device-width, initial-scale=1'>\n"
         f"<meta name='generator' content='evalsweep {_e(document.get('evalsweep_version'))}'>\n"
-        f"<title>{_e(title)}</title>\n<style>{_CSS}</style>\n</head>\n<body>\n"
+        f"<title>{_e(title)}</title>\n<style>{_asset('report.css')}</style>\n</head>\n<body>\n"
         f"{_nav(view)}\n<main>\n" + "\n".join(s for s in sections if s) + "\n</main>\n"
         "<script type='application/json' id='evalsweep-document'>"
-        f"{payload}</script>\n<script>{_JS}</script>\n</body>\n</html>\n"
+        f"{payload}</script>\n<script>{_asset('report.js')}</script>\n</body>\n</html>\n"
     )
 
 
@@ -89,6 +93,11 @@ def write_html(
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
     _atomic_write(target, render_html(document, flips))
+
+
+def _asset(name: str) -> str:
+    """The report's style sheet or script, shipped as package data (``report/assets``)."""
+    return resources.files("evalsweep.report").joinpath("assets", name).read_text("utf-8")
 
 
 def _plotly() -> ModuleType:
@@ -837,24 +846,6 @@ def _e(value: Any) -> str:
     return html.escape("" if value is None else str(value), quote=True)
 
 
-def _finite(value: Any) -> TypeGuard[float]:
-    return isinstance(value, int | float) and math.isfinite(value)
-
-
-def _fmt(value: Any, digits: int = 4) -> str:
-    return f"{value:.{digits}f}" if _finite(value) else "n/a"
-
-
-def _signed(value: Any) -> str:
-    return f"{value:+.3f}" if _finite(value) else "n/a"
-
-
-def _p(value: Any) -> str:
-    if not _finite(value):
-        return "n/a"
-    return f"{value:.2g}" if value < 0.001 else f"{value:.3f}"
-
-
 def _gap(high: Any, low: Any) -> float:
     return max(0.0, high - low) if _finite(high) and _finite(low) else 0.0
 
@@ -890,129 +881,3 @@ def _palette(index: int) -> str:
     """Checkpoint colours that avoid the verdict red and green."""
     colours = ("#1f77b4", "#9467bd", "#ff7f0e", "#17becf", "#8c564b", "#e377c2", "#7f7f7f")
     return colours[index % len(colours)]
-
-
-_CSS = """
-:root { --fg:#1d2430; --muted:#5f6b7a; --line:#e3e7ee; --bg:#f6f8fb; --red:#b71c1c;
-  --red-bg:#fdecea; --green:#1b5e20; --green-bg:#e8f5e9; --accent:#1f5fbf; }
-* { box-sizing:border-box; }
-body { margin:0; font:14px/1.45 system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;
-  color:var(--fg); background:var(--bg); }
-nav { position:sticky; top:0; z-index:10; display:flex; gap:18px; align-items:center;
-  padding:10px 28px; background:#1d2430; }
-nav a { color:#cfd8e3; text-decoration:none; font-size:13px; }
-nav a:hover { color:white; }
-nav a.brand { color:white; font-weight:700; margin-right:12px; }
-main { max-width:1280px; margin:0 auto; padding:8px 28px 60px; }
-header h1 { margin:22px 0 4px; font-size:24px; }
-.lede { margin:0 0 10px; color:var(--muted); }
-.lede code { word-break:normal; white-space:nowrap; }
-section { scroll-margin-top:52px; background:white; border:1px solid var(--line);
-  border-radius:10px; padding:16px 20px; margin:18px 0; }
-header + section { margin-top:10px; }
-h2 { margin:0 0 10px; font-size:18px; }
-h3 { margin:0 0 8px; font-size:14px; color:var(--muted); text-transform:uppercase;
-  letter-spacing:.04em; }
-.help { color:var(--muted); font-size:13px; margin:6px 0 10px; }
-.empty { color:var(--muted); font-style:italic; }
-.chips { display:flex; gap:8px; flex-wrap:wrap; margin:6px 0; }
-.chip { padding:3px 10px; border-radius:999px; font-weight:600; font-size:13px;
-  border:1px solid var(--line); background:white; }
-.chip.regression { background:var(--red-bg); color:var(--red); border-color:#f5c2bd; }
-.chip.improvement { background:var(--green-bg); color:var(--green); border-color:#b9dfbb; }
-.chip.same { color:var(--muted); }
-.scroll { overflow-x:auto; }
-table { border-collapse:collapse; width:100%; }
-th, td { padding:6px 10px; border-bottom:1px solid var(--line); text-align:left;
-  vertical-align:top; }
-thead th { position:sticky; top:0; background:#fafbfd; font-weight:600; font-size:13px; }
-td.num, th.num { text-align:right; font-variant-numeric:tabular-nums; }
-table.results td.num { min-width:150px; }
-table.results tbody th { white-space:nowrap; }
-.metric { font-weight:400; color:var(--muted); }
-table.results tbody th, table.results thead th:first-child { position:sticky; left:0;
-  background:white; z-index:1; }
-table.results thead th:first-child { background:#fafbfd; z-index:2; }
-.n, .se { color:var(--muted); font-size:12px; font-weight:400; }
-.tag { font-size:11px; font-weight:600; color:var(--accent); border:1px solid #c5d5ef;
-  border-radius:4px; padding:0 5px; margin-left:4px; }
-.delta { font-size:12px; margin-top:2px; }
-td.regression, span.regression { color:var(--red); }
-td.improvement, span.improvement { color:var(--green); }
-table.results td.regression { background:var(--red-bg); }
-table.results td.improvement { background:var(--green-bg); }
-table.results td.same .delta { color:var(--muted); }
-td.mark { font-size:16px; text-align:center; }
-.notes { color:var(--muted); font-size:13px; }
-.filters { display:flex; flex-wrap:wrap; gap:14px; align-items:center; margin:8px 0 12px;
-  padding:10px 12px; background:#fafbfd; border:1px solid var(--line); border-radius:8px; }
-.filters label { font-size:13px; color:var(--muted); }
-.filters select, .filters input { font:inherit; padding:3px 6px; border:1px solid #cbd3de;
-  border-radius:5px; background:white; color:var(--fg); }
-.filters .count { margin-left:auto; font-size:13px; color:var(--muted); }
-table.flips td.question { min-width:320px; max-width:520px; }
-table.flips td.answer { min-width:90px; max-width:300px; }
-td.answer.right { background:var(--green-bg); }
-td.answer.wrong { background:var(--red-bg); }
-.response { color:var(--muted); font-size:12px; white-space:pre-wrap; margin-top:3px; }
-details summary { cursor:pointer; }
-.full { white-space:pre-wrap; margin-top:4px; }
-.where { white-space:nowrap; }
-ol.choices { margin:4px 0 0; padding-left:22px; color:var(--muted); font-size:12px; }
-.legend { display:flex; gap:16px; font-size:13px; margin:0 0 4px; }
-.legend .same { color:#78909c; }
-.panels { display:grid; grid-template-columns:repeat(auto-fit, minmax(360px, 1fr)); gap:14px; }
-.panel { margin:0; padding:12px 14px; }
-.panel.wide { grid-column:1 / -1; }
-table.kv th { width:1%; white-space:nowrap; color:var(--muted); font-weight:500; }
-table.kv table.kv { margin:0; }
-table.kv table.kv th, table.kv table.kv td { padding:1px 8px 1px 0; border:0; font-size:12px; }
-table.kv.wide th { width:auto; }
-code { font:12px ui-monospace,SFMono-Regular,Menlo,Consolas,monospace; word-break:break-all; }
-code.identity { font-size:11px; }
-button { font:inherit; font-size:12px; padding:2px 8px; border:1px solid #cbd3de;
-  border-radius:5px; background:white; cursor:pointer; }
-tr[hidden] { display:none; }
-"""
-
-_JS = """
-(function () {
-  "use strict";
-  var table = document.getElementById("flips-table");
-  if (table) {
-    var rows = Array.prototype.slice.call(table.tBodies[0].rows);
-    var selects = Array.prototype.slice.call(document.querySelectorAll("select[data-filter]"));
-    var search = document.getElementById("flip-search");
-    var count = document.getElementById("flip-count");
-    var apply = function () {
-      var wanted = {};
-      selects.forEach(function (s) { if (s.value) { wanted[s.dataset.filter] = s.value; } });
-      var needle = search ? search.value.trim().toLowerCase() : "";
-      var shown = 0;
-      rows.forEach(function (row) {
-        var ok = Object.keys(wanted).every(function (key) {
-          return row.dataset[key] === wanted[key];
-        });
-        if (ok && needle) { ok = row.dataset.text.indexOf(needle) !== -1; }
-        row.hidden = !ok;
-        if (ok) { shown += 1; }
-      });
-      count.textContent = String(shown);
-    };
-    selects.forEach(function (s) { s.addEventListener("change", apply); });
-    if (search) { search.addEventListener("input", apply); }
-    apply();
-  }
-  var save = document.getElementById("save-json");
-  if (save) {
-    save.addEventListener("click", function () {
-      var text = document.getElementById("evalsweep-document").textContent;
-      var link = document.createElement("a");
-      link.href = URL.createObjectURL(new Blob([text], { type: "application/json" }));
-      link.download = "results.json";
-      link.click();
-      setTimeout(function () { URL.revokeObjectURL(link.href); }, 1000);
-    });
-  }
-})();
-"""

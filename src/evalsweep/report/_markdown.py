@@ -9,11 +9,13 @@ stays short. Like the HTML report it only reads the document and the flips.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from evalsweep.report._summary import format_p, verdict_summary
+from evalsweep.report._numbers import fixed as _fmt
+from evalsweep.report._numbers import p_value as _p
+from evalsweep.report._numbers import signed as _signed
+from evalsweep.report._summary import verdict_summary
 from evalsweep.report._table import SHORT, display_names
 
 MARKS = {
@@ -261,19 +263,3 @@ def _code(text: str) -> str:
 def _short(text: str, limit: int) -> str:
     text = " ".join(text.split())
     return text if len(text) <= limit else text[: limit - 1] + "…"
-
-
-def _finite(value: Any) -> bool:
-    return isinstance(value, int | float) and math.isfinite(value)
-
-
-def _fmt(value: Any) -> str:
-    return f"{value:.4f}" if _finite(value) else "n/a"
-
-
-def _signed(value: Any) -> str:
-    return f"{value:+.3f}" if _finite(value) else "n/a"
-
-
-def _p(value: Any) -> str:
-    return format_p(value)

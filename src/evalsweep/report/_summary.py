@@ -24,6 +24,9 @@ from typing import Any, Literal
 
 from rich.text import Text
 
+from evalsweep.report._numbers import finite as _finite
+from evalsweep.report._numbers import p_value as format_p
+from evalsweep.report._numbers import points as _points
 from evalsweep.report._table import MARKS, SHORT, display_names
 from evalsweep.stats import DEFAULT_ALPHA, label_noise_note
 
@@ -131,13 +134,6 @@ def summary_text(document: Mapping[str, Any]) -> str:
     return "".join(line.text + "\n" for line in verdict_summary(document))
 
 
-def format_p(value: Any) -> str:
-    """A p-value as reports print it: three decimals, or two significant digits below 0.001."""
-    if not _finite(value):
-        return "n/a"
-    return f"{value:.2g}" if value < 0.001 else f"{value:.3f}"
-
-
 def _names(document: Mapping[str, Any], comparisons: Sequence[Mapping[str, Any]]) -> dict[str, str]:
     """The table's short checkpoint labels, so the words name checkpoints as the table does."""
     listed = [r["checkpoint"] for r in document.get("results", []) if r.get("level") == "task"]
@@ -177,16 +173,8 @@ def _detectable(rows: Sequence[Mapping[str, Any]]) -> str:
     return ", ".join(parts)
 
 
-def _points(value: Any) -> str:
-    return f"{value * 100:+.1f}" if _finite(value) else "n/a"
-
-
 def _number(value: Any, default: float) -> float:
     return float(value) if _finite(value) else default
-
-
-def _finite(value: Any) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def _s(count: int) -> str:

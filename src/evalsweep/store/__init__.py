@@ -6,7 +6,16 @@ includes which model answered, so one store can serve many checkpoints
 without ever handing one model's answers to another.
 """
 
-from evalsweep.store._sqlite import SampleRecord, Store, default_store_path
+from evalsweep.store._migrations import Component
+from evalsweep.store._sqlite import SCHEMA_VERSION, SampleRecord, Store, default_store_path
 from evalsweep.store.provenance import environment, settings_key
 
-__all__ = ["SampleRecord", "Store", "default_store_path", "environment", "settings_key"]
+__all__ = [
+    "SCHEMA_VERSION",
+    "Component",
+    "SampleRecord",
+    "Store",
+    "default_store_path",
+    "environment",
+    "settings_key",
+]

@@ -18,8 +18,12 @@ from pathlib import Path
 from typing import Any
 
 from evalsweep.errors import StoreError
+from evalsweep.store._migrations import COMPONENTS_TABLE, Component, ensure_component
 
-SCHEMA_VERSION = 1
+#: Version of the results tables (``samples``, ``keys``, ``runs``, ``audit``, ``components``).
+#: 1: the first release; 2: ``components`` records the versions of other packages' tables;
+#: 3: a row's requests keep each distinct context once (``_pack_requests``).
+SCHEMA_VERSION = 3
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS samples (
     checkpoint   TEXT NOT NULL,
@@ -65,6 +69,13 @@ CREATE TABLE IF NOT EXISTS audit (
 );
 """
 
+STORE_TABLES = Component(
+    name="store",
+    version=SCHEMA_VERSION,
+    create=[*(s.strip() for s in SCHEMA.split(";") if s.strip()), COMPONENTS_TABLE],
+    steps={1: [COMPONENTS_TABLE], 2: lambda conn: _compact_requests(conn)},
+)
+
 
 def default_store_path() -> Path:
     """``$EVALSWEEP_STORE``, else ``$XDG_DATA_HOME/evalsweep/results.sqlite``."""
@@ -106,18 +117,18 @@ class Store:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             self._conn = sqlite3.connect(self.path, timeout=30)
             self._conn.execute("PRAGMA journal_mode=WAL")
-            version = self._conn.execute("PRAGMA user_version").fetchone()[0]
-            tables = self._conn.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]
-            if tables and version != SCHEMA_VERSION:
-                self._conn.close()
-                raise StoreError(
-                    f"results store {self.path} has schema version {version}, this evalsweep "
-                    f"uses {SCHEMA_VERSION}; use another --store"
-                )
-            self._conn.executescript(SCHEMA)
-            self._conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+            ensure_component(self._conn, self.path, STORE_TABLES)
         except (OSError, sqlite3.Error) as exc:
+            self._close_quietly()
             raise StoreError(f"cannot open results store {self.path}: {exc}") from exc
+        except StoreError:
+            self._close_quietly()
+            raise
+
+    def _close_quietly(self) -> None:
+        conn = getattr(self, "_conn", None)
+        if conn is not None:
+            conn.close()
 
     def close(self) -> None:
         self._conn.close()
@@ -192,7 +203,7 @@ class Store:
                 r.doc_id,
                 r.subject,
                 r.request_hash,
-                json.dumps(r.requests),
+                _pack_requests(r.requests),
                 json.dumps(r.responses),
                 r.target,
                 r.prediction,
@@ -251,15 +262,15 @@ class Store:
         cursor = self._conn.execute("SELECT document FROM runs ORDER BY created")
         return [json.loads(row[0]) for row in cursor]
 
-    def ensure_tables(self, schema: str) -> None:
-        """Create another package's tables (``CREATE TABLE IF NOT EXISTS ...``) in this file.
+    def ensure_component(self, component: Component) -> None:
+        """Create or upgrade another package's tables in this file (see ``_migrations``).
 
-        Packages such as ``agent`` and ``compute`` keep their state here too, so
-        one file holds results, jobs and the audit log; their tables are additive
-        and do not change the schema version.
+        Packages such as ``agent`` keep their state here too, so one file holds
+        results, jobs and the audit log; their tables carry their own version, so
+        an older file is upgraded (after a backup copy) and a newer one refused.
         """
         try:
-            self._conn.executescript(schema)
+            ensure_component(self._conn, self.path, component)
         except sqlite3.Error as exc:
             raise StoreError(f"cannot create tables in results store {self.path}: {exc}") from exc
 
@@ -365,8 +376,57 @@ def _not_unicode(path: Path, rows: Sequence[tuple[Any, ...]]) -> str:
 def _record(row: sqlite3.Row | tuple[Any, ...]) -> SampleRecord:
     return SampleRecord(
         checkpoint=row[0], backend=row[1], task=row[2], settings=row[3], doc_key=row[4],
-        doc_id=row[5], subject=row[6], request_hash=row[7], requests=json.loads(row[8]),
+        doc_id=row[5], subject=row[6], request_hash=row[7], requests=_unpack_requests(row[8]),
         responses=json.loads(row[9]), target=row[10], prediction=row[11],
         correct=bool(row[12]), response=row[13], metrics=json.loads(row[14]),
         details=json.loads(row[15]), document=json.loads(row[16]),
     )  # fmt: skip
+
+
+def _pack_requests(requests: list[Any]) -> str:
+    """A row's requests as stored: each distinct context once.
+
+    MMLU's four choices share one few-shot prompt, which was most of a stored row.
+    Each request that has a text ``context`` keeps its keys in order, with an empty
+    context and its index in ``contexts`` at the same position in ``refs``.
+    """
+    contexts: dict[str, int] = {}
+    packed: list[Any] = []
+    refs: list[int | None] = []
+    for request in requests:
+        if isinstance(request, dict) and isinstance(request.get("context"), str):
+            refs.append(contexts.setdefault(request["context"], len(contexts)))
+            packed.append({**request, "context": ""})
+        else:
+            refs.append(None)
+            packed.append(request)
+    return json.dumps({"contexts": list(contexts), "refs": refs, "requests": packed})
+
+
+def _unpack_requests(text: str) -> list[Any]:
+    """The requests exactly as written (rows of schema versions 1 and 2 hold a plain list)."""
+    value = json.loads(text)
+    if isinstance(value, list):
+        return value
+    contexts = value["contexts"]
+    requests: list[Any] = value["requests"]
+    for request, ref in zip(requests, value["refs"], strict=True):
+        if ref is not None:
+            request["context"] = contexts[ref]
+    return requests
+
+
+def _compact_requests(conn: sqlite3.Connection) -> None:
+    """Upgrade step 2 -> 3: every row's requests packed, inside the upgrade's transaction."""
+    last = -1
+    while True:
+        batch = conn.execute(
+            "SELECT rowid, requests FROM samples WHERE rowid > ? ORDER BY rowid LIMIT 2000", (last,)
+        ).fetchall()
+        if not batch:
+            return
+        conn.executemany(
+            "UPDATE samples SET requests = ? WHERE rowid = ?",
+            [(_pack_requests(json.loads(text)), rowid) for rowid, text in batch],
+        )
+        last = batch[-1][0]

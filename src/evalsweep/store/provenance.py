@@ -10,6 +10,7 @@ import hashlib
 import json
 import os
 import platform
+import sys
 from importlib import metadata
 from typing import Any
 
@@ -45,14 +46,12 @@ def _hardware() -> dict[str, Any]:
         info["memory_gib"] = round(pages / 2**30, 1)
     except (ValueError, OSError):
         pass
-    try:
-        import torch
-
-        if torch.cuda.is_available():
-            info["gpus"] = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
-            info["cuda"] = torch.version.cuda
-    except ImportError:  # pragma: no cover - torch is a dependency
-        pass
+    # GPUs are named when this process has loaded torch (it ran a model). Reading
+    # stored results (compare, flips, report) must not pay for importing it.
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.cuda.is_available():
+        info["gpus"] = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
+        info["cuda"] = torch.version.cuda
     return info
 
 

@@ -20,6 +20,7 @@ from evalsweep.tasks._base import (
     ScoredDocument,
     Task,
     TaskData,
+    TaskDefaults,
     Turn,
 )
 from evalsweep.tasks.arc import ARC
@@ -76,6 +77,7 @@ __all__ = [
     "ScoredDocument",
     "Task",
     "TaskData",
+    "TaskDefaults",
     "Turn",
     "SUBJECTS",
     "get_task",

@@ -116,6 +116,13 @@ class Task(Protocol):
     version: str
     default_num_fewshot: int
     metrics: tuple[MetricSpec, ...]
+    #: Whether stored responses are scored again with today's scoring code; False when
+    #: scoring runs code (HumanEval, MBPP) or happened elsewhere (imported results).
+    rescore_stored: bool
+
+    def extra_settings(self) -> Mapping[str, object]:
+        """Settings of this task instance that can change an answer or its score (cache key)."""
+        ...
 
     def load(self, source: DataSource, limit: int | None) -> TaskData:
         """Read test documents (first ``limit`` per file) and the few-shot pool."""
@@ -136,6 +143,22 @@ class Task(Protocol):
     ) -> list[AggregateScore]:
         """Aggregate per-document metrics exactly as lm-eval does (values and stderr)."""
         ...
+
+    def close(self) -> None:
+        """Release what scoring started (a sandbox service); called once the sweep ends."""
+        ...
+
+
+class TaskDefaults:
+    """The :class:`Task` members most tasks share: rescored, no extra settings, nothing to close."""
+
+    rescore_stored: bool = True
+
+    def extra_settings(self) -> Mapping[str, object]:
+        return {}
+
+    def close(self) -> None:
+        return None
 
 
 @dataclass(frozen=True)

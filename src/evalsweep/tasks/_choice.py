@@ -26,6 +26,7 @@ from evalsweep.tasks._base import (
     PreparedDocument,
     ScoredDocument,
     TaskData,
+    TaskDefaults,
     Turn,
 )
 from evalsweep.tasks._fewshot import FewshotSampler
@@ -62,7 +63,7 @@ def prompt_turns(
     return tuple(turns)
 
 
-class MultipleChoiceTask:
+class MultipleChoiceTask(TaskDefaults):
     """Shared machinery; a subclass gives ``question``, ``choices`` and ``gold`` of a row."""
 
     name: str

@@ -14,10 +14,10 @@ from evalsweep.errors import TaskError
 from evalsweep.requests import LoglikelihoodResult
 from evalsweep.stats import pass_at_k
 from evalsweep.tasks._aggregate import mean, mean_stderr
-from evalsweep.tasks._base import AggregateScore, Document, MetricSpec, ScoredDocument
+from evalsweep.tasks._base import AggregateScore, Document, MetricSpec, ScoredDocument, TaskDefaults
 
 
-class CodeTask:
+class CodeTask(TaskDefaults):
     """Base of code tasks: ``samples`` completions per problem, pass@k for each k <= samples."""
 
     name = "code"

@@ -42,6 +42,7 @@ from evalsweep.tasks._base import (
     PreparedDocument,
     ScoredDocument,
     TaskData,
+    TaskDefaults,
 )
 from evalsweep.tasks._choice import MultipleChoiceTask, prompt_turns
 from evalsweep.tasks._data import read_jsonl
@@ -217,7 +218,7 @@ class _Template:
         return rendered if isinstance(self.source, list) else rendered[0]
 
 
-class _CustomBase:
+class _CustomBase(TaskDefaults):
     """Loading and identity shared by both kinds of custom task."""
 
     def __init__(self, spec: _Spec) -> None:

@@ -28,6 +28,7 @@ from evalsweep.tasks._base import (
     PreparedDocument,
     ScoredDocument,
     TaskData,
+    TaskDefaults,
 )
 from evalsweep.tasks._choice import prompt_turns
 from evalsweep.tasks._data import load_hub_split, read_jsonl
@@ -71,7 +72,7 @@ def exact_match(prediction: str, reference: str) -> float:
     return float(prediction.lower() == reference.lower())
 
 
-class GSM8K:
+class GSM8K(TaskDefaults):
     """The ``gsm8k`` task."""
 
     name = "gsm8k"

@@ -22,10 +22,11 @@ from evalsweep.tasks._base import (
     PreparedDocument,
     ScoredDocument,
     TaskData,
+    TaskDefaults,
 )
 
 
-class ImportedTask:
+class ImportedTask(TaskDefaults):
     """A task known only from stored settings: name, version, metrics."""
 
     rescore_stored = False

@@ -26,6 +26,7 @@ from evalsweep.tasks._base import (
     PreparedDocument,
     ScoredDocument,
     TaskData,
+    TaskDefaults,
 )
 from evalsweep.tasks._choice import prompt_turns
 from evalsweep.tasks._data import load_hub_split, read_csv_rows
@@ -85,7 +86,7 @@ def build_context(subject: str, shots: Sequence[Mapping[str, Any]], row: Mapping
     return description(subject) + examples + question_text(row)
 
 
-class MMLU:
+class MMLU(TaskDefaults):
     """The ``mmlu`` task."""
 
     name = "mmlu"
