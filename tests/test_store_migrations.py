@@ -129,15 +129,31 @@ def test_stored_results_of_a_version_1_store_give_the_numbers_its_run_reported(
 
 
 def test_agent_tables_written_before_versions_are_adopted_as_version_1(v1_store: Path) -> None:
+    """Agent tables from before versions were recorded are version 1, and are upgraded from
+    there: every row kept as it was, with the columns version 2 added after its own."""
+    from evalsweep.agent._schema import ADDED_IN_2
+
     before = raw_tables(v1_store)
     with Store(v1_store) as store:
         ensure_agent_tables(store)
         versions = dict(store.connection.execute("SELECT name, version FROM components"))
-    assert versions == {"agent": AGENT_TABLES.version}
+        columns = {
+            table: [row[1] for row in store.connection.execute(f"PRAGMA table_info({table})")]
+            for table in TABLES
+            if table.startswith("agent_")
+        }
+    assert AGENT_TABLES.version == 2 and versions == {"agent": 2}
+    assert all(column in columns[table] for table, column, _ in ADDED_IN_2)
     after = raw_tables(v1_store)
-    assert {t: after[t] for t in TABLES if t.startswith("agent_")} == {
-        t: before[t] for t in TABLES if t.startswith("agent_")
-    }
+    for table in (t for t in TABLES if t.startswith("agent_")):
+        assert len(after[table]) == len(before[table]), table
+        assert (
+            sorted(
+                (row[: len(old)] for row, old in zip(after[table], before[table], strict=True)),
+                key=repr,
+            )
+            == before[table]
+        ), table
 
 
 def test_a_store_of_a_newer_version_is_refused_and_left_alone(v1_store: Path) -> None:

@@ -72,12 +72,23 @@ def check_sweep(
     if len(tasks) > MAX_TASKS:
         raise InputError(f"tasks has {len(tasks)} entries; at most {MAX_TASKS}")
     from evalsweep.tasks import get_task
+    from evalsweep.tasks.custom import is_task_file
 
     for index, name in enumerate(tasks):
+        if is_task_file(name):  # a task file, checked as a path is, then loaded
+            check_reference(name, f"tasks[{index}]")
+            try:
+                get_task(name)
+            except EvalsweepError:
+                raise InputError(
+                    f"tasks[{index}] is not a task file evalsweep can load "
+                    "(evalsweep run says why)"
+                ) from None
+            continue
         if not TASK_NAME.match(name):
             raise InputError(
                 f"tasks[{index}] is not a task name (lower-case letters, digits and _; "
-                "see list_tasks)"
+                "see list_tasks) or a task file (.yaml, .yml, .toml)"
             )
         try:
             get_task(name)
