@@ -11,8 +11,7 @@ For each model type (tiny random weights, built here) in float32 and bfloat16:
 
 The sliding windows of mistral, mixtral, starcoder2, gemma2 and gemma3_text
 are shorter than every prompt here, so a fast path that ignored them could not
-pass. Benchmark rows come from the demo slices shipped in the package
-(``src/evalsweep/demo/data``).
+pass. Benchmark rows come from the test slices (``tests/data``).
 """
 
 from __future__ import annotations
@@ -23,6 +22,7 @@ from typing import Any
 import pytest
 import torch
 
+from conftest import TEST_DATA
 from evalsweep.checkpoints import resolve_checkpoint
 from evalsweep.demo._matrix import MODEL_TYPES, WINDOW, build_matrix_checkpoint
 from evalsweep.models import BackendOptions, load_backend
@@ -39,7 +39,7 @@ from evalsweep.tasks.mmlu import MMLU
 
 pytestmark = pytest.mark.archmatrix
 
-DEMO_DATA = Path(__file__).resolve().parents[1] / "src" / "evalsweep" / "demo" / "data"
+DEMO_DATA = TEST_DATA
 DTYPES = ["float32", "bfloat16"]
 #: Log-likelihood tolerance: float32 sums agree to rounding; bfloat16 keeps 8 bits.
 TOLERANCE = {"float32": 1e-4, "bfloat16": 0.08}
@@ -50,7 +50,7 @@ SPM_LLAMA = "llama_spm"
 
 @pytest.fixture(scope="session")
 def matrix_tokenizer() -> Any:
-    """A byte-level BPE tokenizer trained on the shipped demo slices."""
+    """A byte-level BPE tokenizer trained on the test slices."""
     from evalsweep.demo import build_tokenizer, corpus_from_data_dir
 
     return build_tokenizer(corpus_from_data_dir(DEMO_DATA, max_lines=2000), vocab_size=768)
@@ -83,7 +83,7 @@ def bos_tokenizer(matrix_tokenizer: Any, tmp_path_factory: pytest.TempPathFactor
 
 @pytest.fixture(scope="session")
 def spm_tokenizer(tmp_path_factory: pytest.TempPathFactory) -> Any:
-    """A SentencePiece BPE model (``tokenizer.model`` only), trained on the demo slices."""
+    """A SentencePiece BPE model (``tokenizer.model`` only), trained on the test slices."""
     spm = pytest.importorskip("sentencepiece", reason="sentencepiece is not installed")
     from transformers import AutoTokenizer
 

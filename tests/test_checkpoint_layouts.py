@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 import torch
 
+from conftest import TEST_DATA
 from evalsweep.checkpoints import resolve_checkpoint
 from evalsweep.demo._matrix import build_matrix_checkpoint
 from evalsweep.errors import CheckpointError
@@ -25,7 +26,7 @@ from evalsweep.models import BackendOptions, load_backend
 from evalsweep.models._arch import FULL_FORWARD, PLAIN_DECODE
 from evalsweep.requests import GenerationRequest, LoglikelihoodRequest
 
-DEMO_DATA = Path(__file__).resolve().parents[1] / "src" / "evalsweep" / "demo" / "data"
+DEMO_DATA = TEST_DATA
 REQUESTS = [
     LoglikelihoodRequest("Question: What is 2 + 2?\nAnswer:", " 4"),
     LoglikelihoodRequest("Question: What is 2 + 2?\nAnswer:", " The answer is 4.\n#### 4"),
