@@ -271,6 +271,10 @@ def run_cli(
     return Ran(result.exit_code, result.stdout, stderr)
 
 
+#: The command that runs evalsweep as its own process, with this interpreter.
+EVALSWEEP_COMMAND = [sys.executable, "-m", "evalsweep"]
+
+
 def run_cli_process(
     args: Sequence[object],
     env: dict[str, str],
@@ -281,7 +285,7 @@ def run_cli_process(
     """``evalsweep ARGS`` as its own process: for tests about the process itself
     (signals, exit on a kill, stdin and terminals, what reaches another process)."""
     done = subprocess.run(
-        [sys.executable, "-m", "evalsweep", *map(str, args)],
+        [*EVALSWEEP_COMMAND, *map(str, args)],
         cwd=cwd,
         env=env,
         input=input,

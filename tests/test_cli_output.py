@@ -24,8 +24,8 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
+from conftest import EVALSWEEP_COMMAND as EVALSWEEP
 from evalsweep.report import PlainProgress
-from test_cli_run import EVALSWEEP
 from test_compare_cli import _letter_model
 
 SUBJECT = "high_school_geography"

@@ -23,10 +23,10 @@ from pathlib import Path
 
 import pytest
 
+from conftest import EVALSWEEP_COMMAND as EVALSWEEP
 from evalsweep.demo import run_demo
 from evalsweep.demo._run import LESSONS, demo_spec, verdict_line
 from evalsweep.report._summary import format_p
-from test_cli_run import EVALSWEEP
 
 pytestmark = pytest.mark.slow
 
