@@ -81,8 +81,7 @@ def check_sweep(
                 get_task(name)
             except EvalsweepError:
                 raise InputError(
-                    f"tasks[{index}] is not a task file evalsweep can load "
-                    "(evalsweep run says why)"
+                    f"tasks[{index}] is not a task file evalsweep can load (evalsweep run says why)"
                 ) from None
             continue
         if not TASK_NAME.match(name):
