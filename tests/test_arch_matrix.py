@@ -21,6 +21,7 @@ from typing import Any
 
 import pytest
 import torch
+import transformers
 
 from conftest import TEST_DATA
 from evalsweep.checkpoints import resolve_checkpoint
@@ -202,7 +203,17 @@ class PlainForward:
         return str(text)
 
 
-NAMES = [*MODEL_TYPES, *VARIANTS]
+#: transformers 5 reads a checkpoint whose tokenizer is only ``tokenizer.model`` as a tiktoken
+#: file, and fails: a known failure there, kept visible (strict: it must fail until fixed).
+TIKTOKEN_MISREAD = pytest.mark.xfail(
+    int(transformers.__version__.split(".")[0]) >= 5,
+    reason="known failure: transformers 5 parses a SentencePiece-only tokenizer.model as tiktoken",
+    strict=True,
+)
+NAMES = [
+    pytest.param(name, marks=TIKTOKEN_MISREAD) if name == SPM_LLAMA else name
+    for name in [*MODEL_TYPES, *VARIANTS]
+]
 WINDOWED = {"mistral", "mixtral", "gemma2", "gemma3_text", "phi3", "starcoder2"}
 
 
