@@ -113,5 +113,5 @@ def test_another_seed_still_shows_a_regression_or_says_it_did_not(
         assert f"adjusted p = {format_p(worst['p_adjusted'])}" in verdict
     else:
         assert "This seed showed no significant regression" in verdict
-    # Whether another seed forgets enough to be caught is what its weights earn (seeds 1 and 2
+    # Whether another seed forgets enough to be caught is what its weights earn (seed 1
     # of the shipped lessons showed none); either way the verdict line says which it was.
