@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from conftest import run_cli
+from conftest import run_cli, run_cli_process
 from evalsweep.store import Store
 
 
@@ -32,8 +32,9 @@ def test_audit_entries_round_trip_and_cli_lists_them(
         "ssh gpu1 'nvidia-smi -L'",
         "start_sweep: quote q-1 already used",
     ]
-    only = run_cli(
-        ["audit", "--store", str(path), "--kind", "command"],
-        env={**cli_env, "COLUMNS": "200"}, check=True,
-    )  # fmt: skip
+    # the table as a 200-column terminal shows it: the width is read when the process starts
+    only = run_cli_process(
+        ["audit", "--store", str(path), "--kind", "command"], env={**cli_env, "COLUMNS": "200"}
+    )
+    assert only.returncode == 0, only.stderr
     assert "nvidia-smi -L" in only.stdout and "already used" not in only.stdout
