@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import sqlite3
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +17,7 @@ import yaml
 
 from conftest import run_cli
 from evalsweep.engine._chat import multi_turn, single_turn, with_system_instruction
+from evalsweep.store import Store
 from evalsweep.tasks import DataSource, get_task
 from evalsweep.tasks.arc import ai2_rows_in_hub_schema
 
@@ -104,11 +104,8 @@ def test_rendered_prompts_and_continuations_equal_lm_eval(
         env=cli_env, )  # fmt: skip
     assert done.returncode == 0, done.stderr
     samples = [json.loads(x) for x in (tmp_path / "out" / "samples.jsonl").read_text().splitlines()]
-    with sqlite3.connect(store) as db:
-        stored = {
-            int(doc_id): json.loads(requests)
-            for doc_id, requests in db.execute("SELECT doc_id, requests FROM samples")
-        }
+    with Store(store) as opened:
+        stored = {record.doc_id: record.requests for record in opened.records()}
 
     tokenizer = AutoTokenizer.from_pretrained(chat_checkpoint)
 
