@@ -82,8 +82,20 @@ def test_sweep_split_over_two_workers_equals_local_run(
     assert document["compute"]["ray_tasks"] == 8 and len(submits) == 8
     assert all(e["exit_code"] == 0 and e["output_bytes"] > 0 for e in submits)
     assert {e["text"].split("(")[0] for e in submits} == {"ray task evaluate_shard"}
-    # Largest shards are submitted first: 256-token generations before one-token answers.
-    assert ["'gsm8k'" in e["text"] for e in submits] == [True] * 4 + [False] * 4
+    # Largest shards are submitted first, by the target's own estimate of a shard's work.
+    from evalsweep.compute._ray import _split, _work
+    from evalsweep.engine import plan_sweep
+
+    _, runs = plan_sweep(spec)
+    planned = [
+        (_work(run, shard), run.task.name)
+        for _checkpoint in spec.checkpoints
+        for run in runs.values()
+        for shard in _split([p.document.key for p in run.prepared], 2)
+    ]
+    planned.sort(key=lambda item: -item[0])
+    assert [e["text"].split(", ")[1] for e in submits] == [repr(name) for _, name in planned]
+    assert planned[0][0] > planned[-1][0]
     # The same per-question scores and aggregates as the local run.
     for got, want in zip(result.results, expected.results, strict=True):
         assert got.checkpoint.identity == want.checkpoint.identity and got.task == want.task
