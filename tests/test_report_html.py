@@ -316,12 +316,14 @@ def test_table_colours_regressions_red_and_improvements_green(inputs: ReportInpu
     by_verdict: dict[str, list[Any]] = {}
     for cell in cells:
         by_verdict.setdefault(cell.get_attribute("data-verdict"), []).append(cell)
-    (regression,) = by_verdict["regression"]
-    (improvement,) = by_verdict["improvement"]
-    assert regression.value_of_css_property("color") == RED
-    assert improvement.value_of_css_property("color") == GREEN
-    assert "Δ -1.000 ▼" in regression.text
-    assert "Δ +1.000 ▲" in improvement.text
+    # The letter models' designed outcomes (always-B: every geography answer lost, every
+    # marketing answer gained); the random checkpoint's verdicts are whatever it earns.
+    assert any("Δ -1.000 ▼" in cell.text for cell in by_verdict["regression"])
+    assert any("Δ +1.000 ▲" in cell.text for cell in by_verdict["improvement"])
+    for cell in by_verdict["regression"]:
+        assert cell.value_of_css_property("color") == RED and "▼" in cell.text
+    for cell in by_verdict["improvement"]:
+        assert cell.value_of_css_property("color") == GREEN and "▲" in cell.text
     headline = [c for c in inputs.document["comparisons"] if c["subject"] is None]
     assert len(cells) == len(headline)
 
