@@ -20,7 +20,7 @@ time of each step; ``--write`` appends them to ``benchmarks/RESULTS.md``.
 
 Usage::
 
-    python benchmarks/transfer_roundtrip.py --data-dir /work/shared/data \\
+    python benchmarks/transfer_roundtrip.py --data-dir ../shared/data \\
         [--tasks mmlu,gsm8k,arc_easy,arc_challenge,hellaswag,humaneval,mbpp] \\
         [--work DIR] [--limit N] [--no-score] [--write]
 
