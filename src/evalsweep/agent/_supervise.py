@@ -22,9 +22,12 @@ import threading
 import time
 from pathlib import Path
 
+from evalsweep._interval import progress_interval
+
 #: Names of the environment variables whose values must never reach the log.
 REDACT_ENV = "EVALSWEEP_REDACT_NAMES"
-#: How often progress reaches the store and the log while a job runs.
+#: How often progress reaches the store and the log while a job runs (unless
+#: ``EVALSWEEP_PROGRESS_INTERVAL`` says otherwise).
 PROGRESS_EVERY_S = 2.0
 #: Between the stop signal at the deadline and the kill.
 STOP_GRACE_S = 0.5
@@ -41,6 +44,7 @@ class Tracker:
         self.current: str | None = None
         self.changed = False
         self.last = 0.0
+        self.every = progress_interval(PROGRESS_EVERY_S)
 
     def line(self, raw: bytes) -> bytes | None:
         """The line to log for ``raw`` (None for a progress line, which is counted)."""
@@ -66,9 +70,9 @@ class Tracker:
         return None
 
     def flush(self, force: bool = False) -> bytes:
-        """Write the counts to the store (at most every PROGRESS_EVERY_S); the log line."""
+        """Write the counts to the store (at most every ``self.every`` s); the log line."""
         now = time.monotonic()
-        if not self.changed or (not force and now - self.last < PROGRESS_EVERY_S):
+        if not self.changed or (not force and now - self.last < self.every):
             return b""
         self.changed, self.last = False, now
         _write_progress(self.store, self.job, self.parts)

@@ -10,7 +10,6 @@ checkpoint, done/total, rate and ETA.
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Callable
 
@@ -25,7 +24,8 @@ from rich.progress import (
     TimeRemainingColumn,
 )
 
-INTERVAL_ENV = "EVALSWEEP_PROGRESS_INTERVAL"
+from evalsweep._interval import progress_interval
+
 DEFAULT_INTERVAL = 10.0
 
 
@@ -38,12 +38,7 @@ def progress_display(console: Console, enabled: bool = True) -> RichProgress | P
 
 def plain_interval() -> float:
     """Seconds between plain progress lines: ``$EVALSWEEP_PROGRESS_INTERVAL`` or 10."""
-    raw = os.environ.get(INTERVAL_ENV, "")
-    try:
-        value = float(raw) if raw.strip() else DEFAULT_INTERVAL
-    except ValueError:
-        return DEFAULT_INTERVAL
-    return value if value >= 0 else DEFAULT_INTERVAL
+    return progress_interval(DEFAULT_INTERVAL)
 
 
 class PlainProgress:
