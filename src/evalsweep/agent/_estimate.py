@@ -66,6 +66,11 @@ def plan_work(
     """
     from evalsweep.agent._options import quoted_spec
     from evalsweep.engine import backend_cache_key, plan_sweep
+    from evalsweep.options import agent_options
+
+    unknown = sorted(set(options) - {each.name for each in agent_options()})
+    if unknown:
+        raise TypeError(f"plan_work: {unknown} are not options an agent may set")
 
     spec = quoted_spec(
         {"checkpoints": checkpoints, "tasks": tasks, "data_dir": data_dir, **options}
