@@ -41,13 +41,13 @@ from evalsweep.agent._models import (
     TaskInfo,
     TaskList,
 )
-from evalsweep.agent._options import annotation, check_bounds, with_agent_options
+from evalsweep.agent._options import check_bounds, with_agent_options
 from evalsweep.agent._quotes import GateError, create_quote, params_hash
 from evalsweep.agent._state import READ, SPEND, WRITE, AgentState, ToolRegistrar
 from evalsweep.agent._views import headline, table_text
 from evalsweep.compute import LifecycleTarget
 from evalsweep.errors import EvalsweepError, TargetError
-from evalsweep.options import agent_options
+from evalsweep.options import agent_options, option
 
 Checkpoints = Annotated[
     list[str],
@@ -57,7 +57,7 @@ Tasks = Annotated[
     list[str], Field(description="Task names from list_tasks, e.g. mmlu, gsm8k, mmlu_anatomy")
 ]
 TargetName = Annotated[str, Field(description="Where to run: a name from list_targets")]
-Fewshot = annotation("num_fewshot")
+Fewshot = Annotated[int | None, Field(description=option("num_fewshot").agent_help)]
 QuoteId = Annotated[str, Field(description="The quote_id a quote returned")]
 JobId = Annotated[str, Field(description="The job_id start_sweep returned")]
 Offset = Annotated[
@@ -137,15 +137,15 @@ def register_sweep_tools(state: AgentState, tool: ToolRegistrar, consent_type: A
         check_sweep(checkpoints, tasks)
         check_bounds(options)
         info = state.target(target).info()
-        sent = {each.agent: options.get(each.agent or "") for each in agent_options()}
-        values = {each.name: sent[each.agent] for each in agent_options()}
+        sent = {str(each.agent): options.get(str(each.agent)) for each in agent_options()}
+        values = {each.name: sent[str(each.agent)] for each in agent_options()}
         values["device"] = _local_device(target, info.kind, info.hardware, sent["gpu"])
         work = await anyio.to_thread.run_sync(
             functools.partial(
                 plan_work, list(checkpoints), list(tasks), data_dir=state.data_dir, **values
             )
         )
-        params = {
+        params: dict[str, Any] = {
             "kind": "sweep",
             "checkpoints": list(checkpoints),
             "tasks": list(tasks),
