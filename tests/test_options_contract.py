@@ -35,6 +35,7 @@ from evalsweep.options import (
     build_spec,
     from_argv,
     spec_values,
+    task_list,
     to_argv,
 )
 from evalsweep.tasks import MMLU
@@ -168,7 +169,9 @@ def test_a_non_default_value_survives_the_round_trip(option: Option) -> None:
     values = values_with(option)
     spec = build_spec(["org/a", "./b"], values)
     before = spec_values(spec)
-    if option.lands != "job":  # the baseline is the job's, beside the spec
+    if option.name == "tasks":
+        assert before["tasks"] == tuple(task_list(values["tasks"]))
+    elif option.lands != "job":  # the baseline is the job's, beside the spec
         assert before[option.name] == values[option.name]
     argv = to_argv(spec, baseline=values.get("baseline"))
     read = from_argv(argv)
@@ -189,6 +192,14 @@ def test_a_default_sweep_is_its_tasks_and_references() -> None:
     assert SweepJob(spec).run_args == tuple(to_argv(spec))
 
 
+def test_written_arguments_are_read_as_words_not_from_this_environment(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("EVALSWEEP_DATA_DIR", "/somewhere/else")
+    spec = SweepSpec(["a"], [TASK])
+    assert from_argv(to_argv(spec)).spec.data_dir is None
+
+
 def test_a_spec_no_command_line_can_say_is_refused_by_name() -> None:
     with pytest.raises(ConfigError, match="'mmlu' is a Python object"):
         to_argv(SweepSpec(["a"], [MMLU()]))
@@ -196,6 +207,12 @@ def test_a_spec_no_command_line_can_say_is_refused_by_name() -> None:
         from evalsweep.tasks import MBPP, HumanEval
 
         to_argv(SweepSpec(["a"], [HumanEval(samples=2, temperature=0.5), MBPP()]))
+
+
+@pytest.mark.parametrize("tasks", [["a,b.yaml"], ["mmlu", " "], ["mmlu", ""]])
+def test_task_names_no_command_line_reads_back_are_refused(tasks: list[str]) -> None:
+    with pytest.raises(ConfigError, match="cannot be written as evalsweep run arguments"):
+        to_argv(SweepSpec(["a"], tasks))
 
 
 def test_arguments_run_refuses_are_one_clear_error() -> None:

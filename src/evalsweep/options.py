@@ -292,9 +292,19 @@ def click_option(name: str, **changes: Any) -> Callable[[Any], Any]:
     return _click_option(replace(BY_NAME[name], **changes))
 
 
-def click_options(names: Iterable[str] | None = None) -> Callable[[Any], Any]:
-    """A decorator adding the options ``names`` (default: all of ``evalsweep run``'s)."""
+def click_options(
+    names: Iterable[str] | None = None, *, environment: bool = True
+) -> Callable[[Any], Any]:
+    """A decorator adding the options ``names`` (default: all of ``evalsweep run``'s).
+
+    ``environment=False``: no value comes from an environment variable (reading a
+    command line as words only).
+    """
+    from dataclasses import replace
+
     chosen = [BY_NAME[name] for name in names] if names is not None else list(OPTIONS)
+    if not environment:
+        chosen = [replace(each, envvar=None) for each in chosen]
 
     def decorate(command: Any) -> Any:
         for each in reversed(chosen):
@@ -306,9 +316,10 @@ def click_options(names: Iterable[str] | None = None) -> Callable[[Any], Any]:
 
 @click.command("run")
 @click.argument("checkpoints", nargs=-1, required=True)
-@click_options(o.name for o in OPTIONS if o.travels)
+@click_options((o.name for o in OPTIONS if o.travels), environment=False)
 def _reader(**values: Any) -> None:
-    """What :func:`from_argv` parses with: the traveling options of ``evalsweep run``."""
+    """What :func:`from_argv` parses with: the traveling options of ``evalsweep run``, read
+    from the words alone (this machine's EVALSWEEP_DATA_DIR is not the other machine's)."""
 
 
 # -- spec -------------------------------------------------------------------------------
@@ -395,7 +406,7 @@ def spec_values(spec: SweepSpec) -> dict[str, Any]:
         if each.lands == "spec":
             value = getattr(spec, each.attribute)
             if each.name == "tasks":
-                value = ",".join(_task_name(t) for t in spec.tasks)
+                value = tuple(_task_name(t) for t in spec.tasks)
         elif each.lands == "backend":
             value = getattr(spec.options, each.attribute)
         elif each.lands == "chat":
@@ -423,10 +434,19 @@ def to_argv(spec: SweepSpec, *, baseline: str | None = None) -> list[str]:
     for each in OPTIONS:
         if each.travels:
             if each.name == "tasks":
-                argv += [each.flag, values["tasks"]]
+                argv += [each.flag, ",".join(values["tasks"])]
             else:
                 argv += _written(each, values[each.name])
-    return [*argv, "--", *spec.checkpoints]
+    argv += ["--", *spec.checkpoints]
+    # Exact or not used: the words must read back as this sweep (a task file whose name
+    # holds a comma, say, would not), or no command runs elsewhere.
+    read = from_argv(argv)
+    if spec_values(read.spec) != spec_values(spec):
+        raise ConfigError(
+            f"tasks {list(values['tasks'])!r}: cannot be written as evalsweep run arguments "
+            "that read back the same (a comma or a blank name?)"
+        )
+    return argv
 
 
 def from_argv(argv: Sequence[str]) -> RunArguments:
