@@ -25,7 +25,7 @@ from evalsweep.cli._shared import (
     subjects_option,
     tasks_option,
 )
-from evalsweep.options import click_options, task_list
+from evalsweep.options import click_option, click_options, task_list
 
 
 @main.command()
@@ -122,7 +122,7 @@ def compare(
 
 @main.command()
 @click.argument("candidate")
-@click.option("--baseline", required=True, help="The checkpoint to compare against.")
+@click_option("baseline", required=True, help="The checkpoint to compare against.")
 @tasks_option
 @stored_fewshot_option
 @click.option(
