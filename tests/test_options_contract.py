@@ -200,6 +200,14 @@ def test_written_arguments_are_read_as_words_not_from_this_environment(
     assert from_argv(to_argv(spec)).spec.data_dir is None
 
 
+@pytest.mark.parametrize("tasks", [["humaneval"], ["mbpp", "mmlu"]])
+def test_a_code_task_named_in_a_spec_runs_with_its_default_sampling(tasks: list[str]) -> None:
+    argv = to_argv(SweepSpec(["a"], tasks))
+    (task, *_) = from_argv(argv).spec.tasks
+    assert isinstance(task, CodeTask)
+    assert (task.samples, task.temperature, task.ks) == (1, 0.0, (1,))
+
+
 def test_a_spec_no_command_line_can_say_is_refused_by_name() -> None:
     with pytest.raises(ConfigError, match="'mmlu' is a Python object"):
         to_argv(SweepSpec(["a"], [MMLU()]))

@@ -392,13 +392,15 @@ def spec_values(spec: SweepSpec) -> dict[str, Any]:
     code: dict[str, Any] | None = None
     for task in spec.tasks:
         if isinstance(task, str):
-            continue
+            if task not in CODE_TASKS:
+                continue
+            task = _code_task(task, {})  # a code task named: its own default sampling
         if not isinstance(task, CodeTask) or task.name not in CODE_TASKS:
             raise ConfigError(
                 f"task {task.name!r} is a Python object: name it (or its task file) to run it "
                 "elsewhere"
             )
-        sampling = {"samples": task.samples, "temperature": task.temperature, "ks": task.ks}
+        sampling = {o.attribute: getattr(task, o.attribute) for o in OPTIONS if o.lands == "code"}
         if code is not None and sampling != code:
             raise ConfigError("code tasks with different sampling cannot run as one command")
         code = sampling
