@@ -285,3 +285,28 @@ async def test_a_jobs_command_is_the_quoted_sweep_written_by_to_argv(
     assert (read.options.device, read.limit, read.num_fewshot) == ("cpu", 3, 2)
     assert read.data_dir == str(data_dir) and list(read.tasks) == [TASK, "arc_easy"]
     assert spec_values(read) == spec_values(spec)
+
+
+def _commands(group: click.Group) -> list[click.Command]:
+    found: list[click.Command] = []
+    for name in group.list_commands(click.Context(group)):
+        command = group.get_command(click.Context(group), name)
+        assert command is not None
+        found += _commands(command) if isinstance(command, click.Group) else [command]
+    return found
+
+
+@pytest.mark.parametrize("name", ["store", "debug", "tasks", "num_fewshot", "baseline"])
+def test_an_option_several_commands_take_is_declared_once(name: str) -> None:
+    definition = next(o for o in OPTIONS if o.name == name)
+    taking = [
+        (command.name, param)
+        for command in _commands(main)
+        for param in command.params
+        if isinstance(param, click.Option) and param.name == name
+    ]
+    assert len(taking) >= 3, f"{name}: fewer commands than expected take it"
+    for command, param in taking:
+        assert param.opts[0] == definition.flag, command
+        assert param.envvar == definition.envvar, command
+        assert param.is_flag == (definition.kind == "flag"), command
