@@ -27,8 +27,10 @@ from evalsweep.agent._estimate import (
     remaining_work,
     throughput,
 )
+from evalsweep.agent._options import quoted_spec
 from evalsweep.agent._settings import AgentSettings
 from evalsweep.demo import build_checkpoint, build_tokenizer, corpus_from_data_dir
+from evalsweep.options import to_argv
 from evalsweep.store import Store
 
 
@@ -50,18 +52,18 @@ def main() -> None:
             n_head=8, max_positions=2048, architecture="gpt2", seed=0,
         )  # fmt: skip
         tasks = args.tasks.split(",")
-        work = plan_work(
-            [str(checkpoint)], tasks, data_dir=str(data), limit=args.limit, num_fewshot=None,
-            device="cpu",
-        )  # fmt: skip
+        quoted = {"limit": args.limit, "num_fewshot": None, "device": "cpu"}
+        work = plan_work([str(checkpoint)], tasks, data_dir=str(data), **quoted)
         store_path = root / "store.sqlite"
         with Store(store_path) as store:
             todo, loads = remaining_work(store, work.plan)
             tps, source = throughput(store, settings, "local", "cpu")
         estimate = estimated_seconds(todo, loads, tps, settings)
-        command = [sys.executable, "-m", "evalsweep", "run", str(checkpoint), "--tasks",
-                   args.tasks, "--limit", str(args.limit), "--device", "cpu", "--data-dir",
-                   str(data), "--store", str(store_path), "--json"]  # fmt: skip
+        # The quoted sweep, written as a job writes it.
+        params = {"checkpoints": [str(checkpoint)], "tasks": tasks, "data_dir": str(data)}
+        sweep = to_argv(quoted_spec({**params, **quoted}))
+        command = [sys.executable, "-m", "evalsweep", "run", "--store", str(store_path), "--json"]
+        command += sweep
         began = time.perf_counter()
         subprocess.run(command, check=True, stdout=subprocess.DEVNULL)
         seconds = time.perf_counter() - began

@@ -367,7 +367,7 @@ def test_secrets_reach_the_remote_run_by_name_and_nothing_records_their_value(
     sshd: Sshd, tmp_path: Path, gpt2_a: Path, data_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from evalsweep.agent import SecretBox
-    from evalsweep.compute import SweepJob, run_arguments, run_on_target
+    from evalsweep.compute import SweepJob, run_on_target
     from evalsweep.engine import SilentProgress, SweepSpec
 
     monkeypatch.setenv("EVALSWEEP_CONFIG", str(tmp_path / "config.toml"))
@@ -379,9 +379,8 @@ def test_secrets_reach_the_remote_run_by_name_and_nothing_records_their_value(
         workdir=str(tmp_path / "remote"), secrets=["HF_TOKEN"],
         env={"PYTHONPATH": SRC, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"},
     )  # fmt: skip
-    options = {"data_dir": str(data_dir), "limit": 2}
     spec = SweepSpec([str(gpt2_a)], ["mmlu_abstract_algebra"], str(data_dir), limit=2)
-    job = SweepJob(spec, run_arguments([str(gpt2_a)], "mmlu_abstract_algebra", options))
+    job = SweepJob(spec)
     with Store(tmp_path / "store.sqlite") as store:
         document, _ = run_on_target(target, job, store, SilentProgress())
         audit = json.dumps(store.audit_entries(target="box"))

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from evalsweep.compute import SSHTarget, SweepJob, run_arguments
+from evalsweep.compute import SSHTarget, SweepJob
 from evalsweep.engine import SilentProgress, SweepSpec
 from evalsweep.errors import TargetError
 from evalsweep.store import Store
@@ -215,8 +215,7 @@ def test_sweep_over_ssh_lands_in_local_store_identical_to_local_run(
 
 def _job(gpt2_a: Path, data_dir: Path) -> SweepJob:
     spec = SweepSpec([str(gpt2_a)], ["mmlu_abstract_algebra"], str(data_dir), limit=1)
-    options = {"data_dir": data_dir, "limit": 1}
-    return SweepJob(spec, run_arguments([str(gpt2_a)], "mmlu_abstract_algebra", options))
+    return SweepJob(spec)
 
 
 def test_refused_key_is_one_clear_error(

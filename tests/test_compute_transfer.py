@@ -31,7 +31,6 @@ from evalsweep.compute import (
     SweepJob,
     export_pieces,
     import_piece,
-    run_arguments,
 )
 from evalsweep.compute._transfer import row_pieces
 from evalsweep.engine import SilentProgress, SweepSpec, run_sweep
@@ -291,7 +290,7 @@ def test_sweep_over_ssh_lands_every_odd_row_in_the_local_store(
 ) -> None:
     path, checkpoints = original
     spec = SweepSpec(checkpoints, TASKS, str(DATA))
-    job = SweepJob(spec, run_arguments(checkpoints, ",".join(TASKS), {"data_dir": DATA}))
+    job = SweepJob(spec)
     target = _target(sshd, tmp_path / "remote")
     with Store(tmp_path / "pulled.sqlite") as store:
         ran = target.run(job, store, SilentProgress())
@@ -310,7 +309,7 @@ def test_a_bad_piece_over_ssh_names_it_and_the_same_command_resumes(
     remote.mkdir()
     (remote / "results.sqlite").write_bytes(path.read_bytes())  # the host has every row
     spec = SweepSpec(checkpoints, TASK_FILES, str(DATA))
-    job = SweepJob(spec, run_arguments(checkpoints, ",".join(TASK_FILES), {"data_dir": DATA}))
+    job = SweepJob(spec)
     # A connection that damages the pieces it carries (here: drops their first line).
     target = _Damaging(**_target(sshd, remote).__dict__)
     with Store(tmp_path / "pulled.sqlite") as store, pytest.raises(TargetError) as raised:

@@ -57,25 +57,23 @@ class Work:
 
 
 def plan_work(
-    checkpoints: list[str],
-    tasks: list[str],
-    *,
-    data_dir: str | None,
-    limit: int | None,
-    num_fewshot: int | None,
-    device: str,
+    checkpoints: list[str], tasks: list[str], *, data_dir: str | None, **options: Any
 ) -> Work:
-    """Plan the sweep (resolving references, reading data, building prompts)."""
-    from evalsweep.engine import SweepSpec, backend_cache_key, plan_sweep
-    from evalsweep.models import BackendOptions
+    """Plan the sweep (resolving references, reading data, building prompts).
 
-    spec = SweepSpec(
-        checkpoints=checkpoints,
-        tasks=tasks,
-        data_dir=data_dir,
-        limit=limit,
-        num_fewshot=num_fewshot,
-        options=BackendOptions(device=device),
+    ``options``: the agent options' values by option name (``device``, ``limit``,
+    ``num_fewshot``; see :func:`evalsweep.options.agent_options`).
+    """
+    from evalsweep.agent._options import quoted_spec
+    from evalsweep.engine import backend_cache_key, plan_sweep
+    from evalsweep.options import agent_options
+
+    unknown = sorted(set(options) - {each.name for each in agent_options()})
+    if unknown:
+        raise TypeError(f"plan_work: {unknown} are not options an agent may set")
+
+    spec = quoted_spec(
+        {"checkpoints": checkpoints, "tasks": tasks, "data_dir": data_dir, **options}
     )
     resolved, task_runs = plan_sweep(spec)
     cache_key = backend_cache_key(spec)

@@ -55,10 +55,9 @@ def check_reference(reference: str, label: str) -> None:
             )
 
 
-def check_sweep(
-    checkpoints: list[str], tasks: list[str], limit: int | None, num_fewshot: int | None
-) -> None:
-    """Refuse references, task names and numbers no sweep should be quoted for."""
+def check_sweep(checkpoints: list[str], tasks: list[str]) -> None:
+    """Refuse references and task names no sweep should be quoted for (an option's bounds
+    are checked by ``_options.check_bounds``, from the option's definition)."""
     if not checkpoints:
         raise InputError("checkpoints is empty: name at least one checkpoint")
     if len(checkpoints) > MAX_CHECKPOINTS:
@@ -95,10 +94,6 @@ def check_sweep(
             raise InputError(f"tasks[{index}] is not a known task (see list_tasks)") from None
     if len(set(tasks)) != len(tasks):
         raise InputError("tasks names the same task twice")
-    if limit is not None and limit < 1:
-        raise InputError("limit must be 1 or more (documents per task)")
-    if num_fewshot is not None and not 0 <= num_fewshot <= 100:
-        raise InputError("num_fewshot must be between 0 and 100")
 
 
 def check_id(value: str, pattern: re.Pattern[str], what: str) -> None:

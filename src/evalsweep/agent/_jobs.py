@@ -29,12 +29,14 @@ from typing import Any
 
 from evalsweep.agent import _ledger as ledger
 from evalsweep.agent._estimate import progress
+from evalsweep.agent._options import quoted_spec
 from evalsweep.agent._quotes import GateError, Quote
 from evalsweep.agent._schema import ensure_agent_tables
 from evalsweep.agent._secrets import SecretBox
 from evalsweep.agent._settings import AgentSettings
 from evalsweep.agent._supervise import REDACT_ENV
 from evalsweep.errors import EvalsweepError
+from evalsweep.options import to_argv
 from evalsweep.store import Store
 
 COLUMNS = (
@@ -59,20 +61,15 @@ def supervisor_deadline(reservation: ledger.Reservation) -> float:
 def job_command(
     params: dict[str, Any], target: str, store_path: Path, out_dir: Path, data_dir: str | None
 ) -> list[str]:
-    """The job's ``evalsweep run`` as an argument list: options first, then ``--`` and the
-    references, so no reference can be read as an option."""
+    """The job's ``evalsweep run`` as an argument list: where results go first, then the
+    quoted sweep as :func:`evalsweep.options.to_argv` writes it (its options, then ``--``
+    and the references, so no reference can be read as an option)."""
+    spec = quoted_spec({**params, "data_dir": data_dir})
     command = [sys.executable, "-m", "evalsweep", "run"]
-    command += ["--tasks", ",".join(params["tasks"]), "--store", str(store_path)]
-    command += ["--out", str(out_dir), "--device", params["device"]]
+    command += ["--store", str(store_path), "--out", str(out_dir)]
     # Always named: an inherited EVALSWEEP_TARGET must not move the job elsewhere.
     command += ["--target", target, "--progress-lines"]
-    if params.get("limit") is not None:
-        command += ["--limit", str(int(params["limit"]))]
-    if params.get("num_fewshot") is not None:
-        command += ["--num-fewshot", str(int(params["num_fewshot"]))]
-    if data_dir:
-        command += ["--data-dir", data_dir]
-    return [*command, "--", *params["checkpoints"]]
+    return [*command, *to_argv(spec)]
 
 
 class JobError(EvalsweepError):

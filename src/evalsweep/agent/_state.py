@@ -42,6 +42,7 @@ from evalsweep.agent._settings import AgentSettings
 from evalsweep.compute import LifecycleTarget, Target, load_targets
 from evalsweep.config import load_config
 from evalsweep.errors import EvalsweepError, TargetError
+from evalsweep.options import agent_options, option
 from evalsweep.store import Store
 
 T = TypeVar("T", bound=BaseModel)
@@ -49,15 +50,13 @@ T = TypeVar("T", bound=BaseModel)
 ENVELOPE_BYTES = 256
 MIN_RESULT_BYTES = 512
 MAX_ERROR_CHARS = 4000
-#: ``evalsweep run`` flags an error may name, as the agent knows them.
+#: ``evalsweep run`` flags an error may name, as the agent knows them (its parameters).
 FLAG_NAMES = {
-    "--limit": "limit",
-    "--num-fewshot": "num_fewshot",
-    "--tasks": "tasks",
-    "--target": "target",
-    "--device": "gpu",
-    "--data-dir": "the server's benchmark data directory (EVALSWEEP_DATA_DIR)",
-    "--store": "the server's results store",
+    **{each.flag: str(each.agent) for each in agent_options()},
+    option("tasks").flag: "tasks",
+    option("target").flag: "target",
+    option("data_dir").flag: "the server's benchmark data directory (EVALSWEEP_DATA_DIR)",
+    option("store").flag: "the server's results store",
 }
 READ = ToolAnnotations(read_only_hint=True, destructive_hint=False, open_world_hint=False)
 WRITE = ToolAnnotations(read_only_hint=False, destructive_hint=False, open_world_hint=False)

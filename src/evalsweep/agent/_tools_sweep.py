@@ -41,11 +41,13 @@ from evalsweep.agent._models import (
     TaskInfo,
     TaskList,
 )
+from evalsweep.agent._options import check_bounds, with_agent_options
 from evalsweep.agent._quotes import GateError, create_quote, params_hash
 from evalsweep.agent._state import READ, SPEND, WRITE, AgentState, ToolRegistrar
 from evalsweep.agent._views import headline, table_text
 from evalsweep.compute import LifecycleTarget
 from evalsweep.errors import EvalsweepError, TargetError
+from evalsweep.options import agent_options, option
 
 Checkpoints = Annotated[
     list[str],
@@ -55,19 +57,7 @@ Tasks = Annotated[
     list[str], Field(description="Task names from list_tasks, e.g. mmlu, gsm8k, mmlu_anatomy")
 ]
 TargetName = Annotated[str, Field(description="Where to run: a name from list_targets")]
-Gpu = Annotated[
-    str | None,
-    Field(
-        description="On 'local' only: the device, cpu, cuda or cuda:N (default: what is "
-        "there). Other targets run on their configured hardware."
-    ),
-]
-Limit = Annotated[
-    int | None, Field(description="Only the first N documents of each task (a small trial)")
-]
-Fewshot = Annotated[
-    int | None, Field(description="Few-shot examples per prompt (default: each task's own)")
-]
+Fewshot = Annotated[int | None, Field(description=option("num_fewshot").agent_help)]
 QuoteId = Annotated[str, Field(description="The quote_id a quote returned")]
 JobId = Annotated[str, Field(description="The job_id start_sweep returned")]
 Offset = Annotated[
@@ -78,6 +68,21 @@ Subjects = Annotated[bool, Field(description="Also show the per-subject table (M
 
 def _restated(description: str) -> Any:
     return Field(description=f"Optional: must equal the quote's {description}, else refused")
+
+
+def _local_device(target: str, kind: str, hardware: str, gpu: str | None) -> str:
+    """The device of a quoted sweep: ``gpu`` on 'local' only; elsewhere the target's own."""
+    if kind == "local":
+        device = gpu or "auto"
+        if not (device in ("auto", "cpu", "cuda") or device.startswith("cuda:")):
+            raise InputError("gpu: on 'local' use cpu, cuda or cuda:N")
+        return device
+    if gpu is not None:
+        raise InputError(
+            f"gpu applies to 'local' only: target {target} runs on its configured hardware "
+            f"({hardware}); leave gpu out"
+        )
+    return "auto"
 
 
 def register_sweep_tools(state: AgentState, tool: ToolRegistrar, consent_type: Any) -> None:
@@ -123,47 +128,30 @@ def register_sweep_tools(state: AgentState, tool: ToolRegistrar, consent_type: A
         return TargetList(targets=rows)
 
     async def sweep_params(
-        checkpoints: list[str],
-        tasks: list[str],
-        target: str,
-        gpu: str | None,
-        limit: int | None,
-        num_fewshot: int | None,
+        checkpoints: list[str], tasks: list[str], target: str, options: dict[str, Any]
     ) -> tuple[dict[str, Any], Any]:
-        """The quote's parameters: each one changes the job, and the price follows the job."""
-        check_sweep(checkpoints, tasks, limit, num_fewshot)
+        """The quote's parameters: each one changes the job, and the price follows the job.
+
+        ``options``: the agent options as sent, by MCP parameter name (``gpu``, ``limit``...).
+        """
+        check_sweep(checkpoints, tasks)
+        check_bounds(options)
         info = state.target(target).info()
-        if info.kind == "local":
-            device = gpu or "auto"
-            if not (device in ("auto", "cpu", "cuda") or device.startswith("cuda:")):
-                raise InputError("gpu: on 'local' use cpu, cuda or cuda:N")
-        elif gpu is not None:
-            raise InputError(
-                f"gpu applies to 'local' only: target {target} runs on its configured hardware "
-                f"({info.hardware}); leave gpu out"
-            )
-        else:
-            device = "auto"
+        sent = {str(each.agent): options.get(str(each.agent)) for each in agent_options()}
+        values = {each.name: sent[str(each.agent)] for each in agent_options()}
+        values["device"] = _local_device(target, info.kind, info.hardware, sent["gpu"])
         work = await anyio.to_thread.run_sync(
             functools.partial(
-                plan_work,
-                list(checkpoints),
-                list(tasks),
-                data_dir=state.data_dir,
-                limit=limit,
-                num_fewshot=num_fewshot,
-                device=device,
+                plan_work, list(checkpoints), list(tasks), data_dir=state.data_dir, **values
             )
         )
-        params = {
+        params: dict[str, Any] = {
             "kind": "sweep",
             "checkpoints": list(checkpoints),
             "tasks": list(tasks),
             "target": target,
-            "gpu": gpu,
-            "limit": limit,
-            "num_fewshot": num_fewshot,
-            "device": device,
+            **sent,
+            **values,
             "data_dir": state.data_dir,
             "identities": [c["identity"] for c in work.identities],
             "work_hash": work.work_hash,
@@ -171,14 +159,13 @@ def register_sweep_tools(state: AgentState, tool: ToolRegistrar, consent_type: A
         return params, work
 
     @tool(WRITE)  # records a quote; starts nothing
+    @with_agent_options
     async def quote_sweep(
         ctx: Context,
         checkpoints: Checkpoints,
         tasks: Tasks,
         target: TargetName = "local",
-        gpu: Gpu = None,
-        limit: Limit = None,
-        num_fewshot: Fewshot = None,
+        **options: Any,
     ) -> QuoteOut:
         """Price preview of a sweep: hardware, hourly rate, estimated time and cost, a quote_id.
 
@@ -186,7 +173,7 @@ def register_sweep_tools(state: AgentState, tool: ToolRegistrar, consent_type: A
         the checkpoints' real sizes). The quote covers exactly these parameters, is
         used once and expires.
         """
-        params, work = await sweep_params(checkpoints, tasks, target, gpu, limit, num_fewshot)
+        params, work = await sweep_params(checkpoints, tasks, target, options)
         info = state.target(target).info()
         rate = state.rate(target)
         kind = hardware_kind(info.kind, info.hardware, work.device_type)
@@ -227,6 +214,7 @@ def register_sweep_tools(state: AgentState, tool: ToolRegistrar, consent_type: A
         return state.quote_out(quote, info.currency)
 
     @tool(SPEND)
+    @functools.partial(with_agent_options, restate=True)
     async def start_sweep(
         quote_id: QuoteId,
         consent: consent_type,
@@ -234,9 +222,7 @@ def register_sweep_tools(state: AgentState, tool: ToolRegistrar, consent_type: A
         checkpoints: Annotated[list[str] | None, _restated("checkpoints")] = None,
         tasks: Annotated[list[str] | None, _restated("tasks")] = None,
         target: Annotated[str | None, _restated("target")] = None,
-        gpu: Annotated[str | None, _restated("gpu")] = None,
-        limit: Annotated[int | None, _restated("limit")] = None,
-        num_fewshot: Annotated[int | None, _restated("num_fewshot")] = None,
+        **options: Any,
     ) -> JobStarted:
         """Start the quoted sweep as a background job; returns a job_id at once.
 
@@ -248,14 +234,7 @@ def register_sweep_tools(state: AgentState, tool: ToolRegistrar, consent_type: A
         state.check_quote_id(quote_id)
         approved_by = state.apply_consent(quote_id, consent)
         quote = state.load_or_refuse(quote_id)
-        restated = {
-            "checkpoints": checkpoints,
-            "tasks": tasks,
-            "target": target,
-            "gpu": gpu,
-            "limit": limit,
-            "num_fewshot": num_fewshot,
-        }
+        restated = {"checkpoints": checkpoints, "tasks": tasks, "target": target, **options}
         for key, value in restated.items():
             if value is not None and value != quote.params.get(key):
                 raise refuse(
@@ -267,9 +246,8 @@ def register_sweep_tools(state: AgentState, tool: ToolRegistrar, consent_type: A
         state.pre_gate(quote, "sweep", "start_sweep")
         q = quote.params
         try:  # planned again: the checkpoints and prompts must be what was quoted
-            now_params, work = await sweep_params(
-                q["checkpoints"], q["tasks"], q["target"], q["gpu"], q["limit"], q["num_fewshot"]
-            )
+            quoted = {each.agent: q[each.agent] for each in agent_options() if each.agent}
+            now_params, work = await sweep_params(q["checkpoints"], q["tasks"], q["target"], quoted)
         except EvalsweepError as exc:
             raise refuse(store, quote_id, quote.target, str(exc)) from None
         connection = state.connection(ctx)
@@ -400,7 +378,8 @@ def register_sweep_tools(state: AgentState, tool: ToolRegistrar, consent_type: A
         from evalsweep.engine import stored_sweep
         from evalsweep.report import results_document
 
-        check_sweep(checkpoints, tasks, None, num_fewshot)
+        check_sweep(checkpoints, tasks)
+        check_bounds({"num_fewshot": num_fewshot})
         chosen = pick_baseline(list(checkpoints), baseline)
         result = stored_sweep(state.store, list(checkpoints), list(tasks), num_fewshot)
         found = [c.to_dict() for c in compare_results(result, chosen)]

@@ -17,7 +17,6 @@ from evalsweep.compute._base import (
     Target,
     TargetInfo,
     TargetRun,
-    run_arguments,
 )
 from evalsweep.compute._catalog import Offer, Quote, load_offers, quote
 from evalsweep.compute._code_eval_run import CodeEvalRun, code_eval
@@ -72,6 +71,5 @@ __all__ = [
     "pieces_to_import",
     "quote",
     "read_piece",
-    "run_arguments",
     "run_on_target",
 ]

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import os
 import platform
-from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
 from evalsweep.engine import Progress, SweepResult, SweepSpec, run_sweep
+from evalsweep.options import to_argv
 from evalsweep.store import Store
 
 
@@ -34,14 +34,19 @@ class SweepJob:
 
     Attributes:
         spec: the engine's spec (what a local or Ray run executes).
-        run_args: the same sweep as arguments of ``evalsweep run`` (what a remote
-            machine executes); built by :func:`run_arguments`.
         baseline: the checkpoint the others are compared with.
     """
 
     spec: SweepSpec
-    run_args: tuple[str, ...] = ()
     baseline: str | None = None
+
+    @property
+    def run_args(self) -> tuple[str, ...]:
+        """The same sweep as ``evalsweep run`` arguments (what a remote machine executes):
+        the options that change the work, then ``--`` and the references
+        (:func:`evalsweep.options.to_argv`). Where results go and how they are shown are
+        the caller's to add, before these."""
+        return tuple(to_argv(self.spec, baseline=self.baseline))
 
 
 @dataclass
@@ -154,53 +159,3 @@ def local_hardware() -> str:
     except ImportError:  # pragma: no cover - torch is a dependency
         pass
     return text
-
-
-#: ``evalsweep run`` options that change the work, in the order they are passed on.
-_FORWARDED = (
-    ("data_dir", "--data-dir"),
-    ("limit", "--limit"),
-    ("num_fewshot", "--num-fewshot"),
-    ("backend", "--backend"),
-    ("device", "--device"),
-    ("dtype", "--dtype"),
-    ("batch_size", "--batch-size"),
-    ("samples_per_problem", "--samples-per-problem"),
-    ("temperature", "--temperature"),
-    ("ks", "--k"),
-    ("baseline", "--baseline"),
-    ("system_instruction", "--system-instruction"),
-    ("max_length", "--max-length"),
-    ("tensor_parallel_size", "--tensor-parallel-size"),
-    ("data_parallel_size", "--data-parallel-size"),
-    ("gpu_memory_utilization", "--gpu-memory-utilization"),
-    ("base_url", "--base-url"),
-    ("model_name", "--model"),
-    ("api_key_env", "--api-key-env"),
-    ("concurrency", "--concurrency"),
-)
-
-
-def run_arguments(
-    checkpoints: Sequence[str], tasks: str, options: Mapping[str, Any]
-) -> tuple[str, ...]:
-    """The ``evalsweep run`` arguments that make the same sweep on another machine.
-
-    Only options that change the work travel; where results go (``--store``,
-    ``--out``) and how they are shown are decided by the side that asked.
-    """
-    args = [*checkpoints, "--tasks", tasks]
-    for name, flag in _FORWARDED:
-        value = options.get(name)
-        if value is not None:
-            args += [flag, str(value)]
-    if options.get("trust_remote_code"):
-        args.append("--trust-remote-code")
-    if options.get("enforce_eager"):
-        args.append("--enforce-eager")
-    if options.get("apply_chat_template"):
-        args.append("--apply-chat-template")
-    multiturn = options.get("fewshot_as_multiturn")
-    if multiturn is not None:
-        args.append("--fewshot-as-multiturn" if multiturn else "--no-fewshot-as-multiturn")
-    return tuple(args)

@@ -17,7 +17,7 @@ import shlex
 import time
 import uuid
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from evalsweep import __version__
@@ -211,17 +211,17 @@ class SSHTarget:
 
     def _run_remote(self, job: SweepJob, runner: CommandRunner, progress: Progress) -> Any:
         store_path = f"{self.workdir}/results.sqlite"
-        args = list(job.run_args)
-        if self.data_dir:
-            args = _replace_option(args, "--data-dir", self.data_dir)
+        remote = job
+        if self.data_dir:  # the host's own copy of the benchmark data
+            remote = replace(job, spec=replace(job.spec, data_dir=self.data_dir))
         values = getattr(self, "_secret_values", {})
         extra = ["--env-stdin"] if values else []
+        # Where results go and how they are shown first: run_args ends with -- and references.
+        here = ["--store", store_path, "--json", "--progress-lines", *extra]
         command = (
             shlex.join(["mkdir", "-p", self.workdir])
             + " && "
-            + self._evalsweep(
-                ["run", *args, "--store", store_path, "--json", "--progress-lines", *extra]
-            )
+            + self._evalsweep(["run", *here, *remote.run_args])
         )
         ran = runner.run(
             self.ssh_argv(command),
@@ -378,13 +378,6 @@ def _redactor(values: dict[str, str]) -> Any:
         return text
 
     return redact
-
-
-def _replace_option(args: list[str], flag: str, value: str) -> list[str]:
-    if flag in args:
-        at = args.index(flag)
-        return [*args[: at + 1], value, *args[at + 2 :]]
-    return [*args, flag, value]
 
 
 def _ssh_messages(ran: CommandResult) -> list[str]:

@@ -1,0 +1,99 @@
+"""A quote's parameters as a sweep: the MCP parameters and the job's spec, from one table.
+
+The options an agent may set are those :data:`evalsweep.options.OPTIONS` marks with an
+``agent`` name; ``quote_sweep`` and ``start_sweep`` take exactly those (beside the
+checkpoints, tasks and target), with the description, type and bounds the table
+gives. A quote keeps each option's value under the option's own name, and
+:func:`quoted_spec` turns a quote's parameters into the :class:`SweepSpec` that is
+priced and that the job runs (``job_command`` writes it with ``to_argv``), so what
+runs is what was quoted.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Annotated, Any
+
+from pydantic import Field
+
+from evalsweep.agent._inputs import InputError
+from evalsweep.options import Option, agent_options, build_spec
+
+if TYPE_CHECKING:
+    from evalsweep.engine import SweepSpec
+
+#: The MCP parameters every sweep quote has, beside the options of ``agent_options()``.
+CORE_PARAMETERS = ("checkpoints", "tasks", "target")
+_TYPES: Mapping[str, Any] = {"int": int, "float": float, "text": str}
+
+
+def agent_option(parameter: str) -> Option:
+    """The option an agent sets with the MCP parameter ``parameter``."""
+    (found,) = [each for each in agent_options() if each.agent == parameter]
+    return found
+
+
+def annotation(parameter: str) -> Any:
+    """The MCP parameter's type and description, as the tool's schema shows them."""
+    each = agent_option(parameter)
+    kind = _TYPES[each.kind]
+    return Annotated[kind | None, Field(description=each.agent_help)]
+
+
+def restated(parameter: str) -> Any:
+    """``start_sweep``'s optional copy of a quoted parameter: equal to the quote's, or refused."""
+    each = agent_option(parameter)
+    kind = _TYPES[each.kind]
+    description = f"Optional: must equal the quote's {parameter}, else refused"
+    return Annotated[kind | None, Field(description=description)]
+
+
+def check_bounds(values: Mapping[str, Any]) -> None:
+    """Refuse an agent's number outside the bounds its option declares (named, not echoed)."""
+    for each in agent_options():
+        value = values.get(each.agent or "")
+        if value is None or each.kind not in ("int", "float"):
+            continue
+        low, high = each.minimum, each.maximum
+        if (low is not None and value < low) or (high is not None and value > high):
+            if high is None:
+                raise InputError(f"{each.agent} must be {low:g} or more")
+            raise InputError(f"{each.agent} must be between {low:g} and {high:g}")
+
+
+def quoted_spec(params: Mapping[str, Any]) -> SweepSpec:
+    """The sweep a quote's parameters describe (what is priced and what the job runs).
+
+    ``params`` holds ``checkpoints``, ``tasks`` (a list), ``data_dir`` and each agent
+    option's value under the option's name (``device``, ``limit``, ``num_fewshot``).
+    """
+    values: dict[str, Any] = {"tasks": ",".join(params["tasks"]), "data_dir": params["data_dir"]}
+    for each in agent_options():
+        values[each.name] = params.get(each.name, each.default)
+    return build_spec(list(params["checkpoints"]), values)
+
+
+def with_agent_options(fn: Callable[..., Any], *, restate: bool = False) -> Callable[..., Any]:
+    """``fn`` (which takes the agent options as ``**options``) with a signature that names
+    each of them, so the MCP tool's schema lists exactly the options agents may set.
+
+    Args:
+        fn: the tool; its ``**options`` parameter is replaced by one keyword
+            parameter per agent option (default ``None``).
+        restate: the parameters are ``start_sweep``'s optional copies of the quote's.
+    """
+    signature = inspect.signature(fn)
+    kept = [p for p in signature.parameters.values() if p.kind is not p.VAR_KEYWORD]
+    make = restated if restate else annotation
+    added = [
+        inspect.Parameter(
+            each.agent or "",
+            inspect.Parameter.KEYWORD_ONLY,
+            default=None,
+            annotation=make(each.agent or ""),
+        )
+        for each in agent_options()
+    ]
+    fn.__signature__ = signature.replace(parameters=[*kept, *added])  # type: ignore[attr-defined]
+    return fn

@@ -1,0 +1,51 @@
+"""Options several commands take, declared once (from :mod:`evalsweep.options` where
+``evalsweep run`` has them too), and the store they read.
+
+A command that reads stored results takes ``--tasks``, ``--num-fewshot``, ``--store``
+and the output options as ``evalsweep run`` does; only their help says what they
+mean there.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from evalsweep.options import click_option
+
+#: ``--debug``: tracebacks instead of one-line errors.
+debug_option = click_option("debug")
+#: ``--store``: the SQLite results store (env EVALSWEEP_STORE).
+store_option = click_option("store")
+#: ``--tasks`` of a command that reads stored results.
+tasks_option = click_option("tasks", help="Comma-separated tasks, e.g. mmlu,gsm8k.")
+#: ``--num-fewshot`` of a command that reads stored results.
+stored_fewshot_option = click_option(
+    "num_fewshot", help="Use results stored with this few-shot count."
+)
+#: ``--baseline``: the checkpoint the others are compared with.
+baseline_option = click_option("baseline")
+#: ``--subjects``: the per-subject MMLU table too.
+subjects_option = click_option("subjects")
+#: ``--fail-on-regression``: exit status 3 on a regression verdict.
+fail_on_regression_option = click_option("fail_on_regression")
+#: ``--data-dir`` of `evalsweep mcp` (env EVALSWEEP_DATA_DIR).
+data_dir_option = click_option(
+    "data_dir", help="Local benchmark data for sweeps the agent starts. Env: EVALSWEEP_DATA_DIR."
+)
+
+
+def json_option(help: str) -> Any:
+    """``--json``, with what this command prints as JSON."""
+    return click_option("as_json", help=help)
+
+
+def open_existing_store(store: Path | None) -> Any:
+    """The results store at ``store`` (or the default), which must exist already."""
+    from evalsweep.errors import StoreError
+    from evalsweep.store import Store, default_store_path
+
+    path = store or default_store_path()
+    if not path.is_file():
+        raise StoreError(f"no results store at {path}; run 'evalsweep run' first or pass --store")
+    return Store(path)

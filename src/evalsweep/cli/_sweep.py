@@ -1,0 +1,274 @@
+"""Commands that run sweeps and read their results: run, compare, flips, report, tasks, demo."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+from rich.text import Text
+
+from evalsweep.cli import _output
+from evalsweep.cli._group import main
+from evalsweep.cli._output import no_color_option, say, show, user_errors
+from evalsweep.cli._shared import (
+    baseline_option,
+    debug_option,
+    fail_on_regression_option,
+    json_option,
+    open_existing_store,
+    store_option,
+    stored_fewshot_option,
+    subjects_option,
+    tasks_option,
+)
+from evalsweep.options import click_option, click_options, task_list
+
+
+@main.command()
+@click.argument("checkpoints", nargs=-1, required=True)
+@click_options()
+@no_color_option
+@user_errors
+def run(checkpoints: tuple[str, ...], **values: Any) -> None:
+    """Score CHECKPOINTS (folders, org/name or org/name@revision) on the tasks, side by side."""
+    from evalsweep.comparison import pick_baseline
+    from evalsweep.compute import LineProgress, SweepJob, get_target, run_on_target
+    from evalsweep.options import build_spec
+    from evalsweep.report import progress_display, write_outputs
+    from evalsweep.store import Store, default_store_path
+
+    received = _environment_from_stdin() if values["env_stdin"] else []
+    spec = build_spec(checkpoints, values)
+    baseline, as_json, out = values["baseline"], values["as_json"], values["out"]
+    pick_baseline(list(checkpoints), baseline)  # a wrong --baseline fails before any compute
+    job = SweepJob(spec, baseline)
+    with Store(values["store"] or default_store_path()) as results_store:
+        where = get_target(values["target"], store=results_store)
+        bars = progress_display(_output.stderr, enabled=not as_json or sys.stderr.isatty())
+        with bars as shown:
+            progress = LineProgress() if values["progress_lines"] else shown
+            document, result = run_on_target(where, job, results_store, progress, sys.argv)
+    if received:
+        document["secrets_received"] = received  # names only
+    if out:
+        write_outputs(out, document, result)
+    show(document, as_json, values["subjects"])
+    if out and not as_json:
+        say(f"wrote {out}/results.json and {out}/samples.jsonl", style="dim")
+    if values["fail_on_regression"] and any(
+        c["verdict"] == "regression" for c in document["comparisons"]
+    ):
+        sys.exit(3)
+
+
+def _environment_from_stdin() -> list[str]:
+    """Secrets sent by the machine that started this run: a JSON object on stdin, into the
+    environment of this process (model downloads, API calls); returns their names."""
+    from evalsweep.errors import ConfigError
+
+    try:
+        values = json.loads(sys.stdin.readline() or "{}")
+    except ValueError:
+        raise ConfigError("--env-stdin: stdin is not a JSON object of names and values") from None
+    if not isinstance(values, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in values.items()
+    ):
+        raise ConfigError("--env-stdin: stdin is not a JSON object of names and values")
+    os.environ.update(values)
+    return sorted(values)
+
+
+@main.command()
+@click.argument("checkpoints", nargs=-1, required=True)
+@tasks_option
+@stored_fewshot_option
+@baseline_option
+@subjects_option
+@fail_on_regression_option
+@store_option
+@json_option("Print the result document as JSON.")
+@no_color_option
+@debug_option
+@user_errors
+def compare(
+    checkpoints: tuple[str, ...],
+    tasks: str,
+    num_fewshot: int | None,
+    baseline: str | None,
+    subjects: bool,
+    fail_on_regression: bool,
+    store: Path | None,
+    as_json: bool,
+    debug: bool,
+) -> None:
+    """Compare stored results of CHECKPOINTS, from any runs, without calling a model."""
+    from evalsweep.comparison import compare_results, pick_baseline
+    from evalsweep.engine import stored_sweep
+    from evalsweep.report import results_document
+
+    pick_baseline(list(checkpoints), baseline)
+    with open_existing_store(store) as results_store:
+        result = stored_sweep(results_store, list(checkpoints), task_list(tasks), num_fewshot)
+    comparisons = [c.to_dict() for c in compare_results(result, baseline)]
+    document = results_document(result, sys.argv, comparisons)
+    show(document, as_json, subjects)
+    if fail_on_regression and any(c["verdict"] == "regression" for c in comparisons):
+        sys.exit(3)
+
+
+@main.command()
+@click.argument("candidate")
+@click_option("baseline", required=True, help="The checkpoint to compare against.")
+@tasks_option
+@stored_fewshot_option
+@click.option(
+    "--direction",
+    type=click.Choice(["both", "regressed", "fixed"]),
+    default="both",
+    show_default=True,
+    help="regressed: baseline right, candidate wrong; fixed: the reverse.",
+)
+@click.option("--max", "max_rows", type=int, default=50, show_default=True, help="Rows to show.")
+@store_option
+@json_option("Print all flips as JSON.")
+@no_color_option
+@debug_option
+@user_errors
+def flips(
+    candidate: str,
+    baseline: str,
+    tasks: str,
+    num_fewshot: int | None,
+    direction: str,
+    max_rows: int,
+    store: Path | None,
+    as_json: bool,
+    debug: bool,
+) -> None:
+    """List the questions CANDIDATE got wrong that --baseline got right, and the reverse."""
+    from evalsweep.comparison import find_flips
+    from evalsweep.engine import stored_sweep
+    from evalsweep.report import render_flips
+
+    with open_existing_store(store) as results_store:
+        result = stored_sweep(results_store, [baseline, candidate], task_list(tasks), num_fewshot)
+    rows = [f.to_dict() for f in find_flips(result, baseline, candidate)]
+    if direction != "both":
+        rows = [r for r in rows if r["direction"] == direction]
+    if as_json:
+        click.echo(json.dumps(rows, indent=2, ensure_ascii=False))
+        return
+    _output.stdout.print(render_flips(rows[:max_rows], baseline, candidate))
+    if len(rows) > max_rows:
+        say(f"{len(rows) - max_rows} more; use --max or --json", style="dim")
+
+
+@main.command()
+@click.argument("checkpoints", nargs=-1, required=True)
+@tasks_option
+@stored_fewshot_option
+@baseline_option
+@click.option(
+    "--html",
+    "html_path",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Write a self-contained HTML report (works offline).",
+)
+@click.option(
+    "--markdown",
+    "markdown_path",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Write a compact Markdown summary (for pull requests and chat).",
+)
+@store_option
+@debug_option
+@user_errors
+def report(
+    checkpoints: tuple[str, ...],
+    tasks: str,
+    num_fewshot: int | None,
+    baseline: str | None,
+    html_path: Path | None,
+    markdown_path: Path | None,
+    store: Path | None,
+    debug: bool,
+) -> None:
+    """Write an HTML and/or Markdown report for stored results of CHECKPOINTS."""
+    from evalsweep.comparison import compare_results, find_flips, pick_baseline
+    from evalsweep.engine import stored_sweep
+    from evalsweep.errors import EvalsweepError
+    from evalsweep.report import render_markdown, results_document, write_html, write_text
+
+    if not html_path and not markdown_path:
+        raise EvalsweepError("nothing to write: pass --html FILE and/or --markdown FILE")
+    chosen = pick_baseline(list(checkpoints), baseline)
+    with open_existing_store(store) as results_store:
+        result = stored_sweep(results_store, list(checkpoints), task_list(tasks), num_fewshot)
+    comparisons = [c.to_dict() for c in compare_results(result, chosen)]
+    document = results_document(result, sys.argv, comparisons)
+    flips = {
+        ref: [f.to_dict() for f in find_flips(result, chosen, ref)]
+        for ref in checkpoints
+        if ref != chosen
+    }
+    if html_path:
+        write_html(html_path, document, flips)
+        say(f"wrote {html_path}")
+    if markdown_path:
+        write_text(markdown_path, render_markdown(document, flips))
+        say(f"wrote {markdown_path}")
+
+
+@main.command("tasks")
+@json_option("Print as JSON.")
+def list_tasks_command(as_json: bool) -> None:
+    """List the benchmarks evalsweep can run."""
+    from evalsweep.tasks import get_task, list_tasks
+
+    rows: list[dict[str, Any]] = []
+    for name in list_tasks():
+        task = get_task(name)
+        rows.append(
+            {
+                "name": name,
+                "version": task.version,
+                "num_fewshot": task.default_num_fewshot,
+                "metrics": [m.key for m in task.metrics],
+            }
+        )
+    if as_json:
+        click.echo(json.dumps(rows, indent=2))
+        return
+    for row in rows:
+        details = f"  {row['version']}, {row['num_fewshot']}-shot, metrics: "
+        say(Text.assemble((row["name"], "bold"), details + ", ".join(row["metrics"])))
+
+
+@main.command()
+@click.option(
+    "--workdir",
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Where to build the demo checkpoints (default: a temporary folder).",
+)
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the training run.")
+@json_option("Print the result document as JSON.")
+@no_color_option
+@debug_option
+@user_errors
+def demo(workdir: Path | None, seed: int, as_json: bool, debug: bool) -> None:
+    """Offline demo: train a tiny model in three lessons and catch the checkpoint that regressed.
+
+    Lesson 1 teaches half of an MMLU slice, lesson 2 all of it, lesson 3 only an
+    ARC-Easy slice (so the model forgets MMLU). The three checkpoints are then
+    compared on both slices by the same pipeline and statistics as `evalsweep run`.
+    """
+    from evalsweep.demo import run_demo
+
+    document = run_demo(workdir, console=_output.stderr, quiet=as_json, seed=seed)
+    show(document, as_json, subjects=True)
+    if not as_json:
+        say(document["demo"]["verdict"], style="bold")
