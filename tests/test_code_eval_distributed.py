@@ -11,14 +11,9 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
-import socket
 import subprocess
 import sys
-import time
-from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -28,84 +23,20 @@ from evalsweep.compute._slices import cut_slices, decode_slice, encode_slice
 from evalsweep.compute._usage import RunCost, Tariff, tariff_from_config
 from evalsweep.execution import ExecutionRequest, FunctionTest
 from evalsweep.store import Store
+from test_compute_ssh import Sshd, _free_port, sshd  # noqa: F401 - the loopback sshd fixture
 
-SSHD = shutil.which("sshd") or "/usr/sbin/sshd"
 SRC = str(Path(__file__).resolve().parents[1] / "src")
 PROBLEMS = Path(__file__).parent / "data" / "code_eval_distributed" / "HumanEval-first8.jsonl"
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
-def _keygen(path: Path) -> Path:
-    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(path)], check=True)
-    return path
-
-
-@dataclass
-class Sshd:
-    port: int
-    key: Path
-    known_hosts: Path
-    user: str
-
-
-@pytest.fixture(scope="module")
-def sshd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sshd]:
-    """A real sshd on 127.0.0.1 accepting one throwaway key."""
-    if not Path(SSHD).is_file():
-        pytest.fail("sshd not found: install openssh-server (.ci/deps-compute.sh)")
-    root = tmp_path_factory.mktemp("sshd")
-    host_key = _keygen(root / "host_key")
-    key = _keygen(root / "client_key")
-    authorized = root / "authorized_keys"
-    authorized.write_text(Path(f"{key}.pub").read_text())
-    authorized.chmod(0o600)
-    port = _free_port()
-    config = root / "sshd_config"
-    config.write_text(
-        f"Port {port}\nListenAddress 127.0.0.1\nHostKey {host_key}\n"
-        f"AuthorizedKeysFile {authorized}\nPidFile {root / 'sshd.pid'}\n"
-        "PasswordAuthentication no\nKbdInteractiveAuthentication no\n"
-        "PubkeyAuthentication yes\nUsePAM no\nStrictModes no\nPermitRootLogin prohibit-password\n"
-        "MaxStartups 50\nMaxSessions 50\n"
-    )
-    if os.geteuid() == 0:
-        Path("/run/sshd").mkdir(mode=0o755, exist_ok=True)
-    server = subprocess.Popen(
-        [SSHD, "-D", "-e", "-f", str(config)], stderr=subprocess.PIPE, stdin=subprocess.DEVNULL
-    )
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline:
-        if server.poll() is not None:
-            pytest.fail(f"sshd exited: {server.stderr.read().decode() if server.stderr else ''}")
-        with socket.socket() as probe:
-            if probe.connect_ex(("127.0.0.1", port)) == 0:
-                break
-        time.sleep(0.1)
-    else:
-        server.kill()
-        pytest.fail("sshd did not start listening")
-    import pwd
-
-    try:
-        yield Sshd(port, key, root / "known_hosts", pwd.getpwuid(os.geteuid()).pw_name)
-    finally:
-        server.terminate()
-        server.wait(timeout=10)
-
-
-def _config(sshd: Sshd, tmp_path: Path, tariff: str = "") -> dict[str, object]:
+def _config(host: Sshd, tmp_path: Path, tariff: str = "") -> dict[str, object]:
     """The person's configuration (as load_config returns it) with the loopback host."""
     import tomllib
 
     text = (
         "[targets.box]\nkind = \"ssh\"\n"
-        f'host = "{sshd.user}@127.0.0.1"\nport = {sshd.port}\n'
-        f'identity_file = "{sshd.key}"\nknown_hosts = "{sshd.known_hosts}"\n'
+        f'host = "{host.user}@127.0.0.1"\nport = {host.port}\n'
+        f'identity_file = "{host.key}"\nknown_hosts = "{host.known_hosts}"\n'
         f'python = "{sys.executable}"\nworkdir = "{tmp_path / "remote"}"\n'
         f'env = {{ PYTHONPATH = "{SRC}" }}\n'
         + tariff
@@ -138,8 +69,8 @@ def local_results(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path,
     return samples, Path(ran.result.results_path), ran
 
 
-def _run_box(sshd: Sshd, tmp_path: Path, samples: Path, **options: object) -> tuple[object, Store]:
-    config = _config(sshd, tmp_path, str(options.pop("tariff", "")))
+def _run_box(host: Sshd, tmp_path: Path, samples: Path, **options: object) -> tuple[object, Store]:
+    config = _config(host, tmp_path, str(options.pop("tariff", "")))
     store = Store(tmp_path / "store.sqlite")
     ran = code_eval(
         PROBLEMS, samples, targets=["box"], ks=(1, 2), config=config, store=store,
@@ -149,7 +80,9 @@ def _run_box(sshd: Sshd, tmp_path: Path, samples: Path, **options: object) -> tu
 
 
 def test_slices_on_an_ssh_host_give_the_local_run_byte_for_byte(
-    sshd: Sshd, tmp_path: Path, local_results: tuple[Path, Path, object]
+    sshd: Sshd,  # noqa: F811
+    tmp_path: Path,
+    local_results: tuple[Path, Path, object],
 ) -> None:
     samples, local_path, local = local_results
     tariff = (
@@ -198,7 +131,9 @@ def _slice_workers() -> list[int]:
 
 
 def test_a_worker_killed_mid_slice_costs_a_retry_not_a_verdict(
-    sshd: Sshd, tmp_path: Path, local_results: tuple[Path, Path, object]
+    sshd: Sshd,  # noqa: F811
+    tmp_path: Path,
+    local_results: tuple[Path, Path, object],
 ) -> None:
     samples, local_path, _ = local_results
     killed: list[int] = []
@@ -238,7 +173,8 @@ KILLER = (
 
 
 def test_a_sample_that_keeps_killing_its_worker_is_judged_error_alone(
-    sshd: Sshd, tmp_path: Path
+    sshd: Sshd,  # noqa: F811
+    tmp_path: Path,
 ) -> None:
     """Unsafe mode lets a sample reach its worker; the sandboxed default never would."""
     killer = {"task_id": "HumanEval/3", "completion": KILLER}
@@ -264,7 +200,9 @@ def test_a_sample_that_keeps_killing_its_worker_is_judged_error_alone(
 
 
 def test_an_interrupted_distributed_run_resumes_from_its_verdicts(
-    sshd: Sshd, tmp_path: Path, local_results: tuple[Path, Path, object]
+    sshd: Sshd,  # noqa: F811
+    tmp_path: Path,
+    local_results: tuple[Path, Path, object],
 ) -> None:
     samples, local_path, _ = local_results
     seen: list[int] = []
@@ -364,7 +302,11 @@ def test_ssh_target_class_is_what_code_eval_uses() -> None:
 
 
 def test_secrets_reach_the_remote_run_by_name_and_nothing_records_their_value(
-    sshd: Sshd, tmp_path: Path, gpt2_a: Path, data_dir: Path, monkeypatch: pytest.MonkeyPatch
+    sshd: Sshd,  # noqa: F811
+    tmp_path: Path,
+    gpt2_a: Path,
+    data_dir: Path,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     from evalsweep.agent import SecretBox
     from evalsweep.compute import SweepJob, run_arguments, run_on_target
@@ -391,7 +333,10 @@ def test_secrets_reach_the_remote_run_by_name_and_nothing_records_their_value(
     assert value not in (tmp_path / "store.sqlite").read_bytes().decode("latin-1")
 
 
-def test_samples_never_see_the_workers_environment(sshd: Sshd, tmp_path: Path) -> None:
+def test_samples_never_see_the_workers_environment(
+    sshd: Sshd,  # noqa: F811
+    tmp_path: Path,
+) -> None:
     """A variable set for the remote worker (as a secret would be) is not in any sample's."""
     rows = [json.loads(line) for line in PROBLEMS.read_text().splitlines()]
     probe = "    import os\n    assert 'EVALSWEEP_PROBE' not in os.environ\n"
@@ -412,7 +357,9 @@ def test_samples_never_see_the_workers_environment(sshd: Sshd, tmp_path: Path) -
 
 
 def test_the_command_names_where_samples_were_judged_and_what_it_used(
-    sshd: Sshd, tmp_path: Path, local_results: tuple[Path, Path, object]
+    sshd: Sshd,  # noqa: F811
+    tmp_path: Path,
+    local_results: tuple[Path, Path, object],
 ) -> None:
     samples, local_path, _ = local_results
     _config(sshd, tmp_path, "[tariff]\nvcpu_second = 0.00002\nminimum_seconds = 60\n")

@@ -199,7 +199,8 @@ class RayTarget:
                         kwargs.update(_ray_auth.init_kwargs(self.address, token))
                     ray.init(**kwargs, log_to_driver=False)
             except Exception as exc:  # noqa: BLE001 - Ray raises many kinds; all end here
-                refused = _ray_auth.refusal(exc, self.address, source)
+                answered = None if self.address == "local" else _ray_auth.answers(self.address)
+                refused = _ray_auth.refusal(exc, self.address, source, answered)
                 raise TargetError(
                     f"ray target {self.name}: "
                     + (refused or f"cannot connect to {self.address} ({_last_line(exc)})")
