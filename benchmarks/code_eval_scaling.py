@@ -179,7 +179,8 @@ class Run:
 
 def run_files(
     files: list[File], out: Path, targets: list[str], tariff: Tariff, sandbox_workers: int,
-    cluster: LocalCluster | None = None, kill_at: float | None = None,
+    slice_samples: int | None = None, cluster: LocalCluster | None = None,
+    kill_at: float | None = None,
 ) -> Run:  # fmt: skip
     """Judge every file into ``out``; with ``kill_at``, kill a busy worker node that far in."""
     from evalsweep.store import Store
@@ -203,7 +204,7 @@ def run_files(
             ran = code_eval(
                 problems, samples, targets=targets, ks=(1,), workers=sandbox_workers,
                 config=config, results_path=out / f"{name}.results.jsonl", resume=False,
-                store=store, progress=progress,
+                store=store, progress=progress, slice_samples=slice_samples,
             )  # fmt: skip
         finally:
             if store is not None:
@@ -244,6 +245,7 @@ def main() -> int:
     parser.add_argument("--samples", type=int, help="only the first N samples of each file")
     parser.add_argument("--cpus-per-worker", type=int, default=2, help="Ray CPUs per worker node")
     parser.add_argument("--sandbox-workers", type=int, default=1, help="per slice (and local: 2x)")
+    parser.add_argument("--slice-samples", type=int, help="most samples per slice (code-eval's)")
     parser.add_argument("--min-speedup", type=float, default=1.7)
     parser.add_argument("--vcpu-second", type=float, default=0.000014)
     parser.add_argument("--gb-second", type=float, default=0.0000045)
@@ -280,19 +282,20 @@ def main() -> int:
             if args.local_only:
                 lines.append(f"| {label} | {n} | - | - | - | - | - | {per_1000} | - |")
                 continue
+            slicing = (args.sandbox_workers, args.slice_samples)
             cluster = LocalCluster(args.cpus_per_worker)
             try:
                 cluster.add_worker()
-                one = run_files(files, base / "one", ["cluster"], tariff, args.sandbox_workers)
+                one = run_files(files, base / "one", ["cluster"], tariff, *slicing)
                 one.differences = differences(files, base / "local", base / "one")
                 print(f"{label}: one worker node {one}", flush=True)
                 cluster.add_worker()
-                two = run_files(files, base / "two", ["cluster"], tariff, args.sandbox_workers)
+                two = run_files(files, base / "two", ["cluster"], tariff, *slicing)
                 two.differences = differences(files, base / "local", base / "two")
                 print(f"{label}: two worker nodes {two}", flush=True)
                 killed = run_files(
-                    files, base / "killed", ["cluster"], tariff, args.sandbox_workers,
-                    cluster=cluster, kill_at=0.25,
+                    files, base / "killed", ["cluster"], tariff, *slicing, cluster=cluster,
+                    kill_at=0.25,
                 )  # fmt: skip
                 killed.differences = differences(files, base / "local", base / "killed")
                 print(f"{label}: two worker nodes, one killed {killed}", flush=True)
@@ -322,7 +325,8 @@ def main() -> int:
         f"\n## Distributed code-eval: local Ray cluster, one and two worker nodes "
         f"({datetime.now(UTC):%Y-%m-%d %H:%M} UTC)\n\n"
         f"`{command}`; each worker node {args.cpus_per_worker} Ray CPUs (slices at a time), "
-        f"{args.sandbox_workers} sandboxed worker(s) per slice; the local run "
+        f"{args.sandbox_workers} sandboxed worker(s) per slice, "
+        f"{args.slice_samples or 'the default number of'} samples per slice at most; the local run "
         f"{local_workers} sandboxed workers. Tariff (illustrative): {tariff.vcpu_second:g} "
         f"USD/vCPU-s, {tariff.gb_second:g} USD/GB-s, minimum {tariff.minimum_seconds:g} s per "
         "billing unit (local: this machine; Ray: each slice's worker).\n\n"

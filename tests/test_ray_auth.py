@@ -158,3 +158,33 @@ def test_ray_reads_the_token_handed_over_after_it_was_imported(clean: Path) -> N
     # Left after a failed connection: Ray reads the environment as it is again.
     assert get_authentication_mode() != AuthenticationMode.TOKEN
     assert not loader.has_token(ignore_auth_mode=True)
+
+
+def test_a_ray_client_address_without_ray_client_is_one_line_from_code_eval(
+    clean: Path, data_dir: Path
+) -> None:
+    """What the README says of ``ray://`` without ``ray[client]``: one line, nothing written."""
+    import importlib.util
+    import subprocess
+    import sys
+
+    if importlib.util.find_spec("grpc") is not None:
+        pytest.skip("Ray Client is installed here: the message is for where it is not")
+    problems = Path(__file__).parent / "data" / "code_eval_distributed" / "HumanEval-first8.jsonl"
+    samples = clean / "samples.jsonl"
+    samples.write_text('{"task_id": "HumanEval/0", "completion": "    return 0\\n"}\n')
+    src = str(Path(__file__).resolve().parents[1] / "src")
+    done = subprocess.run(
+        [sys.executable, "-m", "evalsweep", "code-eval", "--problems", str(problems),
+         "--samples", str(samples), "--target", "ray://127.0.0.1:10001",
+         "--store", str(clean / "s.sqlite")],
+        capture_output=True, text=True, timeout=300, check=False,
+        env={**os.environ, "PYTHONPATH": src, "COLUMNS": "300"},
+    )  # fmt: skip
+    assert done.returncode != 0
+    assert "Traceback" not in done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1, done.stderr
+    assert "ray://127.0.0.1:10001 is a Ray Client address" in lines[0]
+    assert "pip install 'ray[client]'" in lines[0] and "HEAD:6379" in lines[0]
+    assert not list(clean.glob("samples.jsonl_results.jsonl*"))

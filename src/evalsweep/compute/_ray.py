@@ -31,12 +31,13 @@ from evalsweep.tasks import PreparedDocument, Task
 
 @dataclass
 class RayTarget:
-    """A Ray cluster at ``address`` (``auto``, ``ray://host:10001``, or ``local``).
+    """A Ray cluster at ``address`` (``HEAD:6379``, ``auto``, ``ray://HEAD:10001``, or ``local``).
 
     Args:
         name: the target's name.
-        address: what ``ray.init`` connects to; ``local`` starts a cluster on this
-            machine with ``num_cpus`` CPUs. An already initialised Ray is used as is.
+        address: what ``ray.init`` connects to: the head's GCS address, ``auto``, or
+            ``ray://`` for Ray Client (needs ``ray[client]``); ``local`` starts a cluster on
+            this machine with ``num_cpus`` CPUs. An already initialised Ray is used as is.
         num_gpus: GPUs per Ray task (0 runs on CPU).
         num_cpus: CPUs per Ray task.
         shards: Ray tasks per (checkpoint, task).
