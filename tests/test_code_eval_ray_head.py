@@ -3,9 +3,11 @@
 The head runs in its own process (``ray.init`` there with ``RAY_AUTH_MODE=token``
 and a token in its environment, as ``ray start --head`` does on a cluster
 with token authentication) and the ``evalsweep`` commands are separate
-processes that connect to its GCS address. Without the token the cluster
-refuses them and the command says so in one line; with the token kept as an
-evalsweep secret they run, and the token's value appears nowhere they write.
+processes that connect to its GCS address. Without the token, or with a
+wrong one, the cluster refuses them and the command says so in one line; with
+the token kept as an evalsweep secret they run (Ray has imported and read its
+settings before evalsweep hands the token over), the samples see none of the
+Ray workers' variables, and the token's value appears nowhere they write.
 """
 
 from __future__ import annotations
