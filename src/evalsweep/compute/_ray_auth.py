@@ -113,12 +113,15 @@ def reread_ray_settings() -> None:
     --generate`` writing a token). A Ray without token authentication has
     neither and needs nothing.
     """
+    import importlib
+
     try:
-        from ray._raylet import AuthenticationTokenLoader, Config
-    except ImportError:
+        raylet = importlib.import_module("ray._raylet")
+        config, loader = raylet.Config, raylet.AuthenticationTokenLoader
+    except (ImportError, AttributeError):
         return
-    Config.initialize("")
-    AuthenticationTokenLoader.instance().reset_cache()
+    config.initialize("")
+    loader.instance().reset_cache()
 
 
 def answers(address: str, timeout: float = 5.0) -> bool | None:

@@ -28,7 +28,8 @@ An ssh target's ``secrets = ["HF_TOKEN"]`` names evalsweep secrets its remote
 run gets; ``[tariff]`` (and ``[tariff.NAME]``) prices code-eval runs.
 
 ``--target`` also takes ``ssh://user@host[:port]`` and ``ray://host:port`` (Ray
-Client, which needs ``ray[client]``) directly, and ``skypilot:GPU`` for a cloud GPU with the defaults.
+Client, which needs ``ray[client]``) directly, and ``skypilot:GPU`` for a cloud GPU
+with the defaults.
 """
 
 from __future__ import annotations
