@@ -20,14 +20,18 @@ Timings cover the ``code_eval`` calls only (each node is started and warmed
 before). Every distributed results file is compared line by line with the
 local one; a verdict that differs is named (file, line, both verdicts) with
 the reason when shared/data/humaneval-samples/README.md names that sample as
-unstable. The checks: two worker nodes at least ``--min-speedup`` (1.7) times
+unstable. Every run is given the same hash seed (``--hash-seed``, else one
+chosen at random and printed): a few real completions fail differently by set
+order, and a distributed run judges as a local one only under the same seed.
+The checks: two worker nodes at least ``--min-speedup`` (1.7) times
 one, verdicts identical, the killed run identical with at least one slice
 retried; the script exits 1 when one fails.
 
 Usage::
 
     python benchmarks/code_eval_scaling.py [--workloads canonical,real] [--files N]
-        [--samples N] [--cpus-per-worker 2] [--sandbox-workers 1] [--write]
+        [--samples N] [--cpus-per-worker 2] [--sandbox-workers 1] [--slice-samples N]
+        [--hash-seed N] [--write]
 
 ``--samples N`` keeps the first N samples of each file: a quick check that the
 script works, whose timings mean nothing. Run the timing on a quiet machine
@@ -41,6 +45,7 @@ import argparse
 import json
 import os
 import platform
+import random
 import sys
 import tempfile
 import time
@@ -54,6 +59,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _code_samples import HUMANEVAL, UNSTABLE, real_files, write_canonical  # noqa: E402
 from evalsweep.compute import code_eval  # noqa: E402
 from evalsweep.compute._usage import Tariff  # noqa: E402
+from evalsweep.execution import MAX_HASH_SEED  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "RESULTS.md"
@@ -178,8 +184,8 @@ class Run:
 
 
 def run_files(
-    files: list[File], out: Path, targets: list[str], tariff: Tariff, sandbox_workers: int,
-    slice_samples: int | None = None, cluster: LocalCluster | None = None,
+    files: list[File], out: Path, targets: list[str], tariff: Tariff, hash_seed: int,
+    sandbox_workers: int, slice_samples: int | None = None, cluster: LocalCluster | None = None,
     kill_at: float | None = None,
 ) -> Run:  # fmt: skip
     """Judge every file into ``out``; with ``kill_at``, kill a busy worker node that far in."""
@@ -204,7 +210,7 @@ def run_files(
             ran = code_eval(
                 problems, samples, targets=targets, ks=(1,), workers=sandbox_workers,
                 config=config, results_path=out / f"{name}.results.jsonl", resume=False,
-                store=store, progress=progress, slice_samples=slice_samples,
+                store=store, progress=progress, slice_samples=slice_samples, hash_seed=hash_seed,
             )  # fmt: skip
         finally:
             if store is not None:
@@ -246,6 +252,9 @@ def main() -> int:
     parser.add_argument("--cpus-per-worker", type=int, default=2, help="Ray CPUs per worker node")
     parser.add_argument("--sandbox-workers", type=int, default=1, help="per slice (and local: 2x)")
     parser.add_argument("--slice-samples", type=int, help="most samples per slice (code-eval's)")
+    parser.add_argument(
+        "--hash-seed", type=int, help="PYTHONHASHSEED of every run's sandboxes (default: random)"
+    )
     parser.add_argument("--min-speedup", type=float, default=1.7)
     parser.add_argument("--vcpu-second", type=float, default=0.000014)
     parser.add_argument("--gb-second", type=float, default=0.0000045)
@@ -257,6 +266,9 @@ def main() -> int:
     args = parser.parse_args()
     import ray
 
+    # Some real completions fail differently by set order: every run gets the same seed,
+    # as a local run and a distributed one given the same seed must judge alike.
+    seed = random.randrange(MAX_HASH_SEED + 1) if args.hash_seed is None else args.hash_seed
     tariff = Tariff(args.vcpu_second, args.gb_second, args.minimum_seconds, "USD", "illustrative")
     # The local reference uses as many sandboxed workers as two worker nodes do together.
     local_workers = 2 * args.cpus_per_worker * args.sandbox_workers
@@ -272,7 +284,7 @@ def main() -> int:
             workloads.append((f"real completions ({len(files)} files)", files))
         for label, files in workloads:
             base = work / label.split()[0]
-            local = run_files(files, base / "local", ["local"], tariff, local_workers)
+            local = run_files(files, base / "local", ["local"], tariff, seed, local_workers)
             n = local.samples
             print(f"{label}: local {local}", flush=True)
             per_1000 = (
@@ -286,15 +298,15 @@ def main() -> int:
             cluster = LocalCluster(args.cpus_per_worker)
             try:
                 cluster.add_worker()
-                one = run_files(files, base / "one", ["cluster"], tariff, *slicing)
+                one = run_files(files, base / "one", ["cluster"], tariff, seed, *slicing)
                 one.differences = differences(files, base / "local", base / "one")
                 print(f"{label}: one worker node {one}", flush=True)
                 cluster.add_worker()
-                two = run_files(files, base / "two", ["cluster"], tariff, *slicing)
+                two = run_files(files, base / "two", ["cluster"], tariff, seed, *slicing)
                 two.differences = differences(files, base / "local", base / "two")
                 print(f"{label}: two worker nodes {two}", flush=True)
                 killed = run_files(
-                    files, base / "killed", ["cluster"], tariff, *slicing, cluster=cluster,
+                    files, base / "killed", ["cluster"], tariff, seed, *slicing, cluster=cluster,
                     kill_at=0.25,
                 )  # fmt: skip
                 killed.differences = differences(files, base / "local", base / "killed")
@@ -324,9 +336,10 @@ def main() -> int:
     header = (
         f"\n## Distributed code-eval: local Ray cluster, one and two worker nodes "
         f"({datetime.now(UTC):%Y-%m-%d %H:%M} UTC)\n\n"
-        f"`{command}`; each worker node {args.cpus_per_worker} Ray CPUs (slices at a time), "
-        f"{args.sandbox_workers} sandboxed worker(s) per slice, "
-        f"{args.slice_samples or 'the default number of'} samples per slice at most; the local run "
+        f"`{command}`; hash seed {seed} for every run; each worker node "
+        f"{args.cpus_per_worker} Ray CPUs (slices at a time), {args.sandbox_workers} sandboxed "
+        f"worker(s) per slice, {args.slice_samples or 'the default number of'} samples per "
+        "slice at most; the local run "
         f"{local_workers} sandboxed workers. Tariff (illustrative): {tariff.vcpu_second:g} "
         f"USD/vCPU-s, {tariff.gb_second:g} USD/GB-s, minimum {tariff.minimum_seconds:g} s per "
         "billing unit (local: this machine; Ray: each slice's worker).\n\n"

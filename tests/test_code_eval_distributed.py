@@ -377,3 +377,43 @@ def test_the_command_names_where_samples_were_judged_and_what_it_used(
     assert "judged on box: 1 slices, 0 retried" in out
     assert "usage: " in out and "per 1,000 samples" in out and "cost " in out
     assert "2e-05/vCPU-s" in out and "minimum 60 s per unit" in out
+
+
+# Fails with the order Python's set gives ten strings: an order the hash seed decides.
+SET_ORDER = (
+    "    raise KeyError(' '.join({'alpha', 'bravo', 'charlie', 'delta', 'echo', 'foxtrot',\n"
+    "                             'golf', 'hotel', 'india', 'juliet'}))\n"
+)
+
+
+def test_a_hash_seed_dependent_sample_is_judged_alike_in_every_slice_and_locally(
+    sshd: Sshd,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    """One hash seed for the whole run: every slice's sandboxes, and a local run given it."""
+    task = json.loads(PROBLEMS.read_text().splitlines()[0])["task_id"]
+    samples = tmp_path / "samples.jsonl"
+    samples.write_text((json.dumps({"task_id": task, "completion": SET_ORDER}) + "\n") * 6)
+
+    def local(seed: int, name: str) -> tuple[object, bytes]:
+        ran = code_eval(PROBLEMS, samples, ks=(1,), workers=2, config={}, hash_seed=seed,
+                        results_path=tmp_path / name)  # fmt: skip
+        return ran, (tmp_path / name).read_bytes()
+
+    first, seeded = local(12345, "local-a.jsonl")
+    assert first.record["hash_seed"] == 12345  # type: ignore[attr-defined]
+    assert local(12345, "local-b.jsonl")[1] == seeded  # the same seed: the same outcomes
+    assert local(54321, "local-c.jsonl")[1] != seeded  # the outcome does depend on the seed
+    (tmp_path / "remote").mkdir()
+    ran, store = _run_box(sshd, tmp_path, samples, slice_samples=1, workers=1, hash_seed=12345)
+    store.close()
+    assert ran.record["slices"] == 6 and ran.record["hash_seed"] == 12345  # type: ignore[attr-defined]
+    assert (tmp_path / "results.jsonl").read_bytes() == seeded
+    # Without a seed: one random seed for all six slices, recorded, and a local run given it
+    # judges the samples as the slices did.
+    ran, store = _run_box(sshd, tmp_path, samples, slice_samples=1, workers=1, resume=False)
+    store.close()
+    results = (tmp_path / "results.jsonl").read_text().splitlines()
+    assert len({json.loads(line)["result"] for line in results}) == 1, results
+    chosen = ran.record["hash_seed"]  # type: ignore[attr-defined]
+    assert local(chosen, "local-d.jsonl")[1] == (tmp_path / "results.jsonl").read_bytes()

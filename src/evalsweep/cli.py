@@ -601,6 +601,12 @@ def report(
     show_default=True,
     help="Other targets: retries of a slice whose worker died.",
 )
+@click.option(
+    "--hash-seed",
+    type=click.IntRange(0, 4_294_967_295),
+    help="PYTHONHASHSEED of every sandbox, here or on every slice (default: one random seed, "
+    "recorded): a sample whose outcome depends on set order is judged alike with the same seed.",
+)
 @store_option
 @click.option("--json", "as_json", is_flag=True, help="Print the whole result as JSON.")
 @no_color_option
@@ -619,6 +625,7 @@ def code_eval(
     slice_samples: int | None,
     slices_per_host: int,
     retries: int,
+    hash_seed: int | None,
     store: Path | None,
     as_json: bool,
     debug: bool,
@@ -658,6 +665,7 @@ def code_eval(
             slice_samples=slice_samples,
             slices_per_host=slices_per_host,
             retries=retries,
+            hash_seed=hash_seed,
             progress=progress,
             note=lambda message: bars.note(message),
             warn=_warn,
@@ -683,8 +691,11 @@ def code_eval(
     if left_out:
         _say(f"{', '.join(left_out)} left out: some problems have fewer samples than k", "dim")
     _say(f"verdicts: {counts}")
-    _say(f"ran {run.samples_run} samples in {run.wall_seconds:.1f} s{resumed}")
     execution = ran.record
+    _say(
+        f"ran {run.samples_run} samples in {run.wall_seconds:.1f} s{resumed} "
+        f"(hash seed {execution['hash_seed']})"
+    )
     if execution["path"] == "local":
         _say(f"sandbox: {run.sandbox.summary()} ({run.workers} workers)")
     else:
