@@ -101,7 +101,9 @@ def test_a_ray_client_address_without_ray_client_installed_is_named() -> None:
     assert ray_client_missing("head:6379") is None
 
 
-def test_a_failed_connection_says_refused_token_or_nothing_there_by_whether_it_answers() -> None:
+def test_a_failed_connection_says_refused_token_or_nothing_there_by_whether_it_answers(
+    clean: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Ray's driver says only "Failed to connect"; whether the address answers tells which."""
     failed = ConnectionError("Failed to connect to Ray cluster at h:6379")
     with_token = refusal(failed, "h:6379", "evalsweep secret T", answered=True)
@@ -120,6 +122,11 @@ def test_a_failed_connection_says_refused_token_or_nothing_there_by_whether_it_a
     )
     for message in (with_token, nothing, without, unknown):
         assert "\n" not in message
+    monkeypatch.setenv("RAY_AUTH_MODE", "disabled")  # the person's choice is kept, and named
+    kept = refusal(failed, "h:6379", "evalsweep secret T", answered=True)
+    assert kept is not None and kept.endswith(
+        "(RAY_AUTH_MODE=disabled is set here, so Ray does not send it)"
+    )
 
 
 def test_whether_an_address_answers_is_a_real_tcp_connection() -> None:

@@ -152,9 +152,11 @@ def refusal(
         "set RAY_AUTH_TOKEN or RAY_AUTH_TOKEN_PATH, write ~/.ray/auth_token, or name an "
         'evalsweep secret with auth_token_secret = "NAME" in the target'
     )
-    wrong_token = (
-        f"the Ray cluster at {address} refused the token from {token_source} "
+    mode = os.environ.get("RAY_AUTH_MODE", "token")
+    wrong_token = f"the Ray cluster at {address} refused the token from {token_source} " + (
         "(compare it with `ray get-auth-token` on the head)"
+        if mode.lower() == "token"
+        else f"(RAY_AUTH_MODE={mode} is set here, so Ray does not send it)"
     )
     if "authenticat" in lowered or "unauthenticated" in lowered or "token" in lowered:
         if token_source == "none":
