@@ -63,7 +63,8 @@ from evalsweep.execution import MAX_HASH_SEED  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "RESULTS.md"
-SLICE_TASK = b"ray::ray_slice_task"
+SLICE_TASK = b"ray::ray_slice_task"  # a Ray worker running a slice's task
+SLICE_CHILD = b"code-eval-slice"  # the task's child that judges the slice
 File = tuple[str, Path, Path]  # (name, problems, samples)
 
 
@@ -126,15 +127,21 @@ class LocalCluster:
         ray.get([warm.options(scheduling_strategy=place).remote() for _ in range(self.cpus)])
 
     def kill_a_busy_worker(self) -> int | None:
-        """SIGKILL a worker node that runs a slice now (raylet and workers); its raylet pid."""
+        """SIGKILL a worker node judging a slice now (raylet and workers); its raylet pid.
+
+        Busy means a Ray task of a slice whose ``code-eval-slice`` child still runs:
+        a task whose child has exited has sent its last verdict, and killing its
+        node would cost nothing to retry. None when no node is busy yet.
+        """
         raylets = {node.all_processes["raylet"][0].process.pid: node for node in self.workers}
-        for pid in _slice_task_pids():
-            raylet = _parent(pid)
-            if raylet in raylets:
-                node = raylets[raylet]
+        processes = _processes()
+        judging = {parent for _, (parent, command) in processes.items() if SLICE_CHILD in command}
+        for pid, (parent, command) in processes.items():
+            if command.startswith(SLICE_TASK) and pid in judging and parent in raylets:
+                node = raylets[parent]
                 self.cluster.remove_node(node, allow_graceful=False)
                 self.workers.remove(node)
-                return raylet
+                return parent
         return None
 
     def shutdown(self) -> None:
@@ -144,24 +151,18 @@ class LocalCluster:
         self.cluster.shutdown()
 
 
-def _slice_task_pids() -> list[int]:
-    pids = []
+def _processes() -> dict[int, tuple[int, bytes]]:
+    """Every process of this machine: pid -> (parent pid, command line)."""
+    found = {}
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
             try:
-                if (entry / "cmdline").read_bytes().startswith(SLICE_TASK):
-                    pids.append(int(entry.name))
-            except OSError:
+                command = (entry / "cmdline").read_bytes()
+                parent = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, ValueError, IndexError):
                 continue
-    return pids
-
-
-def _parent(pid: int) -> int | None:
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return int(fields[1])
-    except (OSError, ValueError, IndexError):
-        return None
+            found[int(entry.name)] = (parent, command)
+    return found
 
 
 # -- runs ---------------------------------------------------------------------------------------
