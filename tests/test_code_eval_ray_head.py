@@ -205,8 +205,10 @@ def test_code_eval_and_run_on_the_cluster_with_the_token_as_an_evalsweep_secret(
     )  # fmt: skip
     assert ran.returncode == 0, ran.stderr
     assert json.loads(ran.stdout)["compute"]["setup"]["auth"] == "evalsweep secret RAY_TOKEN"
-    # The token's value is nowhere the commands wrote: output, results, audit log.
+    # The token's value is nowhere the commands wrote: output, results and their record,
+    # the audit log, anything else in the folder (the secret store, encrypted, and HOME too).
     written = [remote.stdout, remote.stderr, ran.stdout, ran.stderr,
-               (tmp_path / "ray.jsonl").read_text(), (tmp_path / "s.sqlite").read_bytes().decode(
-                   "latin-1")]  # fmt: skip
+               (tmp_path / "ray.jsonl.run.json").read_text()]  # fmt: skip
+    written += [path.read_bytes().decode("latin-1") for path in tmp_path.rglob("*")
+                if path.is_file()]  # fmt: skip
     assert not any(ray_head.token in text for text in written)
