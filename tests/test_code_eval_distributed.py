@@ -417,3 +417,31 @@ def test_a_hash_seed_dependent_sample_is_judged_alike_in_every_slice_and_locally
     assert len({json.loads(line)["result"] for line in results}) == 1, results
     chosen = ran.record["hash_seed"]  # type: ignore[attr-defined]
     assert local(chosen, "local-d.jsonl")[1] == (tmp_path / "results.jsonl").read_bytes()
+
+
+def test_the_command_takes_a_hash_seed_records_it_and_names_a_bad_one(tmp_path: Path) -> None:
+    task = json.loads(PROBLEMS.read_text().splitlines()[0])["task_id"]
+    samples = tmp_path / "samples.jsonl"
+    samples.write_text((json.dumps({"task_id": task, "completion": SET_ORDER}) + "\n") * 2)
+    env = {**os.environ, "PYTHONPATH": SRC, "EVALSWEEP_CONFIG": str(tmp_path / "none.toml")}
+
+    def command(*extra: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "evalsweep", "code-eval", "--problems", str(PROBLEMS),
+             "--samples", str(samples), "--k", "1", *extra],
+            capture_output=True, text=True, env=env, timeout=300, check=False,
+        )  # fmt: skip
+
+    done = command("--hash-seed", "4294967295", "--json")
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["execution"]["hash_seed"] == 4294967295
+    local = code_eval(PROBLEMS, samples, ks=(1,), config={}, hash_seed=4294967295,
+                      results_path=tmp_path / "again.jsonl")  # fmt: skip
+    assert (tmp_path / "again.jsonl").read_bytes() == Path(f"{samples}_results.jsonl").read_bytes()
+    assert local.record["hash_seed"] == 4294967295
+    for bad in ("4294967296", "-1"):
+        refused = command("--hash-seed", bad, "--no-resume")
+        assert refused.returncode == 2 and "Traceback" not in refused.stderr
+        assert f"Invalid value for '--hash-seed': {bad} is not between 0 and 4294967295" in (
+            refused.stderr
+        )

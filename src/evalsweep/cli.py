@@ -603,7 +603,8 @@ def report(
 )
 @click.option(
     "--hash-seed",
-    type=click.IntRange(0, 4_294_967_295),
+    type=int,
+    callback=lambda _ctx, _param, value: _hash_seed(value),
     help="PYTHONHASHSEED of every sandbox, here or on every slice (default: one random seed, "
     "recorded): a sample whose outcome depends on set order is judged alike with the same seed.",
 )
@@ -719,6 +720,15 @@ def code_eval_slice() -> None:
     from evalsweep.compute._slice_worker import judge_slice
 
     sys.exit(judge_slice(sys.stdin.buffer.read(), sys.stdout))
+
+
+def _hash_seed(value: int | None) -> int | None:
+    """``--hash-seed N``: a seed Python takes as ``PYTHONHASHSEED``."""
+    from evalsweep.execution import MAX_HASH_SEED
+
+    if value is not None and not 0 <= value <= MAX_HASH_SEED:
+        raise click.BadParameter(f"{value} is not between 0 and {MAX_HASH_SEED}")
+    return value
 
 
 def _k_values(ks: str) -> tuple[int, ...]:
