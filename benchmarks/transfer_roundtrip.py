@@ -53,6 +53,7 @@ sys.path.insert(0, str(ROOT / "src"))
 
 from evalsweep.compute import CommandRunner, SSHTarget, SweepJob  # noqa: E402
 from evalsweep.engine import SilentProgress, SweepSpec  # noqa: E402
+from evalsweep.models import BackendOptions  # noqa: E402
 from evalsweep.store import Store  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "RESULTS.md"
@@ -267,12 +268,13 @@ def main() -> None:
                 # The whole sweep command, the host finding every row already stored.
                 ssh_s = 0.0
                 for task in tasks:
-                    run = [*checkpoints, "--tasks", task, "--num-fewshot", "0"]
-                    run += ["--data-dir", str(data_dir), "--device", "cpu"]
-                    if args.limit is not None and task != "mmlu":
-                        run += ["--limit", str(args.limit)]
-                    spec = SweepSpec(checkpoints, [task], str(data_dir), num_fewshot=0)
-                    job = SweepJob(spec, tuple(run))
+                    # The sweep that scored the original (its command line is to_argv of this).
+                    limit = args.limit if task != "mmlu" else None
+                    spec = SweepSpec(
+                        checkpoints, [task], str(data_dir), limit=limit, num_fewshot=0,
+                        options=BackendOptions(device="cpu"),
+                    )  # fmt: skip
+                    job = SweepJob(spec)
                     began = time.perf_counter()
                     with Store(pulled) as store:
                         target.run(job, store, SilentProgress())

@@ -11,14 +11,9 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
-import socket
 import subprocess
 import sys
-import time
-from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -28,84 +23,20 @@ from evalsweep.compute._slices import cut_slices, decode_slice, encode_slice
 from evalsweep.compute._usage import RunCost, Tariff, tariff_from_config
 from evalsweep.execution import ExecutionRequest, FunctionTest
 from evalsweep.store import Store
+from test_compute_ssh import Sshd, _free_port, sshd  # noqa: F401 - the loopback sshd fixture
 
-SSHD = shutil.which("sshd") or "/usr/sbin/sshd"
 SRC = str(Path(__file__).resolve().parents[1] / "src")
 PROBLEMS = Path(__file__).parent / "data" / "code_eval_distributed" / "HumanEval-first8.jsonl"
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
-def _keygen(path: Path) -> Path:
-    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(path)], check=True)
-    return path
-
-
-@dataclass
-class Sshd:
-    port: int
-    key: Path
-    known_hosts: Path
-    user: str
-
-
-@pytest.fixture(scope="module")
-def sshd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sshd]:
-    """A real sshd on 127.0.0.1 accepting one throwaway key."""
-    if not Path(SSHD).is_file():
-        pytest.fail("sshd not found: install openssh-server (.ci/deps-compute.sh)")
-    root = tmp_path_factory.mktemp("sshd")
-    host_key = _keygen(root / "host_key")
-    key = _keygen(root / "client_key")
-    authorized = root / "authorized_keys"
-    authorized.write_text(Path(f"{key}.pub").read_text())
-    authorized.chmod(0o600)
-    port = _free_port()
-    config = root / "sshd_config"
-    config.write_text(
-        f"Port {port}\nListenAddress 127.0.0.1\nHostKey {host_key}\n"
-        f"AuthorizedKeysFile {authorized}\nPidFile {root / 'sshd.pid'}\n"
-        "PasswordAuthentication no\nKbdInteractiveAuthentication no\n"
-        "PubkeyAuthentication yes\nUsePAM no\nStrictModes no\nPermitRootLogin prohibit-password\n"
-        "MaxStartups 50\nMaxSessions 50\n"
-    )
-    if os.geteuid() == 0:
-        Path("/run/sshd").mkdir(mode=0o755, exist_ok=True)
-    server = subprocess.Popen(
-        [SSHD, "-D", "-e", "-f", str(config)], stderr=subprocess.PIPE, stdin=subprocess.DEVNULL
-    )
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline:
-        if server.poll() is not None:
-            pytest.fail(f"sshd exited: {server.stderr.read().decode() if server.stderr else ''}")
-        with socket.socket() as probe:
-            if probe.connect_ex(("127.0.0.1", port)) == 0:
-                break
-        time.sleep(0.1)
-    else:
-        server.kill()
-        pytest.fail("sshd did not start listening")
-    import pwd
-
-    try:
-        yield Sshd(port, key, root / "known_hosts", pwd.getpwuid(os.geteuid()).pw_name)
-    finally:
-        server.terminate()
-        server.wait(timeout=10)
-
-
-def _config(sshd: Sshd, tmp_path: Path, tariff: str = "") -> dict[str, object]:
+def _config(host: Sshd, tmp_path: Path, tariff: str = "") -> dict[str, object]:
     """The person's configuration (as load_config returns it) with the loopback host."""
     import tomllib
 
     text = (
         "[targets.box]\nkind = \"ssh\"\n"
-        f'host = "{sshd.user}@127.0.0.1"\nport = {sshd.port}\n'
-        f'identity_file = "{sshd.key}"\nknown_hosts = "{sshd.known_hosts}"\n'
+        f'host = "{host.user}@127.0.0.1"\nport = {host.port}\n'
+        f'identity_file = "{host.key}"\nknown_hosts = "{host.known_hosts}"\n'
         f'python = "{sys.executable}"\nworkdir = "{tmp_path / "remote"}"\n'
         f'env = {{ PYTHONPATH = "{SRC}" }}\n'
         + tariff
@@ -138,8 +69,8 @@ def local_results(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path,
     return samples, Path(ran.result.results_path), ran
 
 
-def _run_box(sshd: Sshd, tmp_path: Path, samples: Path, **options: object) -> tuple[object, Store]:
-    config = _config(sshd, tmp_path, str(options.pop("tariff", "")))
+def _run_box(host: Sshd, tmp_path: Path, samples: Path, **options: object) -> tuple[object, Store]:
+    config = _config(host, tmp_path, str(options.pop("tariff", "")))
     store = Store(tmp_path / "store.sqlite")
     ran = code_eval(
         PROBLEMS, samples, targets=["box"], ks=(1, 2), config=config, store=store,
@@ -149,7 +80,9 @@ def _run_box(sshd: Sshd, tmp_path: Path, samples: Path, **options: object) -> tu
 
 
 def test_slices_on_an_ssh_host_give_the_local_run_byte_for_byte(
-    sshd: Sshd, tmp_path: Path, local_results: tuple[Path, Path, object]
+    sshd: Sshd,  # noqa: F811
+    tmp_path: Path,
+    local_results: tuple[Path, Path, object],
 ) -> None:
     samples, local_path, local = local_results
     tariff = (
@@ -198,7 +131,9 @@ def _slice_workers() -> list[int]:
 
 
 def test_a_worker_killed_mid_slice_costs_a_retry_not_a_verdict(
-    sshd: Sshd, tmp_path: Path, local_results: tuple[Path, Path, object]
+    sshd: Sshd,  # noqa: F811
+    tmp_path: Path,
+    local_results: tuple[Path, Path, object],
 ) -> None:
     samples, local_path, _ = local_results
     killed: list[int] = []
@@ -238,7 +173,8 @@ KILLER = (
 
 
 def test_a_sample_that_keeps_killing_its_worker_is_judged_error_alone(
-    sshd: Sshd, tmp_path: Path
+    sshd: Sshd,  # noqa: F811
+    tmp_path: Path,
 ) -> None:
     """Unsafe mode lets a sample reach its worker; the sandboxed default never would."""
     killer = {"task_id": "HumanEval/3", "completion": KILLER}
@@ -264,7 +200,9 @@ def test_a_sample_that_keeps_killing_its_worker_is_judged_error_alone(
 
 
 def test_an_interrupted_distributed_run_resumes_from_its_verdicts(
-    sshd: Sshd, tmp_path: Path, local_results: tuple[Path, Path, object]
+    sshd: Sshd,  # noqa: F811
+    tmp_path: Path,
+    local_results: tuple[Path, Path, object],
 ) -> None:
     samples, local_path, _ = local_results
     seen: list[int] = []
@@ -364,7 +302,11 @@ def test_ssh_target_class_is_what_code_eval_uses() -> None:
 
 
 def test_secrets_reach_the_remote_run_by_name_and_nothing_records_their_value(
-    sshd: Sshd, tmp_path: Path, gpt2_a: Path, data_dir: Path, monkeypatch: pytest.MonkeyPatch
+    sshd: Sshd,  # noqa: F811
+    tmp_path: Path,
+    gpt2_a: Path,
+    data_dir: Path,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     from evalsweep.agent import SecretBox
     from evalsweep.compute import SweepJob, run_on_target
@@ -390,7 +332,10 @@ def test_secrets_reach_the_remote_run_by_name_and_nothing_records_their_value(
     assert value not in (tmp_path / "store.sqlite").read_bytes().decode("latin-1")
 
 
-def test_samples_never_see_the_workers_environment(sshd: Sshd, tmp_path: Path) -> None:
+def test_samples_never_see_the_workers_environment(
+    sshd: Sshd,  # noqa: F811
+    tmp_path: Path,
+) -> None:
     """A variable set for the remote worker (as a secret would be) is not in any sample's."""
     rows = [json.loads(line) for line in PROBLEMS.read_text().splitlines()]
     probe = "    import os\n    assert 'EVALSWEEP_PROBE' not in os.environ\n"
@@ -411,7 +356,9 @@ def test_samples_never_see_the_workers_environment(sshd: Sshd, tmp_path: Path) -
 
 
 def test_the_command_names_where_samples_were_judged_and_what_it_used(
-    sshd: Sshd, tmp_path: Path, local_results: tuple[Path, Path, object]
+    sshd: Sshd,  # noqa: F811
+    tmp_path: Path,
+    local_results: tuple[Path, Path, object],
 ) -> None:
     samples, local_path, _ = local_results
     _config(sshd, tmp_path, "[tariff]\nvcpu_second = 0.00002\nminimum_seconds = 60\n")
@@ -429,3 +376,71 @@ def test_the_command_names_where_samples_were_judged_and_what_it_used(
     assert "judged on box: 1 slices, 0 retried" in out
     assert "usage: " in out and "per 1,000 samples" in out and "cost " in out
     assert "2e-05/vCPU-s" in out and "minimum 60 s per unit" in out
+
+
+# Fails with the order Python's set gives ten strings: an order the hash seed decides.
+SET_ORDER = (
+    "    raise KeyError(' '.join({'alpha', 'bravo', 'charlie', 'delta', 'echo', 'foxtrot',\n"
+    "                             'golf', 'hotel', 'india', 'juliet'}))\n"
+)
+
+
+def test_a_hash_seed_dependent_sample_is_judged_alike_in_every_slice_and_locally(
+    sshd: Sshd,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    """One hash seed for the whole run: every slice's sandboxes, and a local run given it."""
+    task = json.loads(PROBLEMS.read_text().splitlines()[0])["task_id"]
+    samples = tmp_path / "samples.jsonl"
+    samples.write_text((json.dumps({"task_id": task, "completion": SET_ORDER}) + "\n") * 6)
+
+    def local(seed: int, name: str) -> tuple[object, bytes]:
+        ran = code_eval(PROBLEMS, samples, ks=(1,), workers=2, config={}, hash_seed=seed,
+                        results_path=tmp_path / name)  # fmt: skip
+        return ran, (tmp_path / name).read_bytes()
+
+    first, seeded = local(12345, "local-a.jsonl")
+    assert first.record["hash_seed"] == 12345  # type: ignore[attr-defined]
+    assert local(12345, "local-b.jsonl")[1] == seeded  # the same seed: the same outcomes
+    assert local(54321, "local-c.jsonl")[1] != seeded  # the outcome does depend on the seed
+    (tmp_path / "remote").mkdir()
+    ran, store = _run_box(sshd, tmp_path, samples, slice_samples=1, workers=1, hash_seed=12345)
+    store.close()
+    assert ran.record["slices"] == 6 and ran.record["hash_seed"] == 12345  # type: ignore[attr-defined]
+    assert (tmp_path / "results.jsonl").read_bytes() == seeded
+    # Without a seed: one random seed for all six slices, recorded, and a local run given it
+    # judges the samples as the slices did.
+    ran, store = _run_box(sshd, tmp_path, samples, slice_samples=1, workers=1, resume=False)
+    store.close()
+    results = (tmp_path / "results.jsonl").read_text().splitlines()
+    assert len({json.loads(line)["result"] for line in results}) == 1, results
+    chosen = ran.record["hash_seed"]  # type: ignore[attr-defined]
+    assert local(chosen, "local-d.jsonl")[1] == (tmp_path / "results.jsonl").read_bytes()
+
+
+def test_the_command_takes_a_hash_seed_records_it_and_names_a_bad_one(tmp_path: Path) -> None:
+    task = json.loads(PROBLEMS.read_text().splitlines()[0])["task_id"]
+    samples = tmp_path / "samples.jsonl"
+    samples.write_text((json.dumps({"task_id": task, "completion": SET_ORDER}) + "\n") * 2)
+    env = {**os.environ, "PYTHONPATH": SRC, "EVALSWEEP_CONFIG": str(tmp_path / "none.toml")}
+
+    def command(*extra: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "evalsweep", "code-eval", "--problems", str(PROBLEMS),
+             "--samples", str(samples), "--k", "1", *extra],
+            capture_output=True, text=True, env=env, timeout=300, check=False,
+        )  # fmt: skip
+
+    done = command("--hash-seed", "4294967295", "--json")
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["execution"]["hash_seed"] == 4294967295
+    local = code_eval(PROBLEMS, samples, ks=(1,), config={}, hash_seed=4294967295,
+                      results_path=tmp_path / "again.jsonl")  # fmt: skip
+    assert (tmp_path / "again.jsonl").read_bytes() == Path(f"{samples}_results.jsonl").read_bytes()
+    assert local.record["hash_seed"] == 4294967295
+    for bad in ("4294967296", "-1"):
+        refused = command("--hash-seed", bad, "--no-resume")
+        assert refused.returncode == 2 and "Traceback" not in refused.stderr
+        assert f"Invalid value for '--hash-seed': {bad} is not between 0 and 4294967295" in (
+            refused.stderr
+        )

@@ -3,9 +3,11 @@
 The head runs in its own process (``ray.init`` there with ``RAY_AUTH_MODE=token``
 and a token in its environment, as ``ray start --head`` does on a cluster
 with token authentication) and the ``evalsweep`` commands are separate
-processes that connect to its GCS address. Without the token the cluster
-refuses them and the command says so in one line; with the token kept as an
-evalsweep secret they run, and the token's value appears nowhere they write.
+processes that connect to its GCS address. Without the token, or with a
+wrong one, the cluster refuses them and the command says so in one line; with
+the token kept as an evalsweep secret they run (Ray has imported and read its
+settings before evalsweep hands the token over), the samples see none of the
+Ray workers' variables, and the token's value appears nowhere they write.
 """
 
 from __future__ import annotations
@@ -30,6 +32,10 @@ HEAD = (
     "print(ray.get_runtime_context().gcs_address, flush=True)\n"
     "while True:\n"
     "    time.sleep(3600)\n"
+)
+SEES_NO_RAY_VARIABLE = (
+    "    import os\n"
+    "    assert not [name for name in os.environ if name.startswith('RAY')], 'sees Ray'\n"
 )
 
 
@@ -99,6 +105,10 @@ def _samples(tmp_path: Path) -> Path:
     for problem in rows:
         lines.append({"task_id": problem["task_id"], "completion": problem["canonical_solution"]})
         lines.append({"task_id": problem["task_id"], "completion": "    return 0\n"})
+        # Passes only where the sample sees none of Ray's variables (the token least of all):
+        # the Ray workers have them, the sandbox must not pass them on.
+        lines.append({"task_id": problem["task_id"], "completion": SEES_NO_RAY_VARIABLE
+                      + problem["canonical_solution"]})  # fmt: skip
     path = tmp_path / "samples.jsonl"
     path.write_text("".join(json.dumps(line) + "\n" for line in lines))
     return path
@@ -123,11 +133,41 @@ def test_a_cluster_with_token_authentication_refuses_a_command_without_the_token
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(
-    strict=True,
-    reason="known failure: the driver connects to the head's GCS address without the token "
-    "(Ray 2.60 reads it when its token loader first runs; evalsweep sets it later)",
-)
+def test_a_cluster_refuses_a_wrong_token_in_one_line_for_code_eval_and_run(
+    ray_head: Head, tmp_path: Path, gpt2_a: Path, data_dir: Path
+) -> None:
+    env = _env(tmp_path, ray_head, "RAY_TOKEN")
+    wrong = secrets.token_hex(16)
+    stored = _evalsweep(["secrets", "set", "RAY_TOKEN"], env, stdin=wrong + "\n")
+    assert stored.returncode == 0, stored.stderr
+    samples = _samples(tmp_path)
+    judged = _evalsweep(
+        ["code-eval", "--problems", str(PROBLEMS), "--samples", str(samples),
+         "--target", "cluster", "--store", str(tmp_path / "s.sqlite")], env,
+    )  # fmt: skip
+    ran = _evalsweep(
+        ["run", str(gpt2_a), "--tasks", "mmlu_abstract_algebra", "--limit", "2",
+         "--data-dir", str(data_dir), "--target", "cluster", "--device", "cpu",
+         "--store", str(tmp_path / "s.sqlite")],
+        {**env, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"},
+    )  # fmt: skip
+    for done in (judged, ran):
+        assert done.returncode != 0
+        assert "Traceback" not in done.stderr
+        assert (
+            done.stderr.strip()
+            .splitlines()[-1]
+            .endswith(
+                f": ray target cluster: the Ray cluster at {ray_head.address} refused the "
+                "token from evalsweep secret RAY_TOKEN (compare it with `ray get-auth-token` on "
+                "the head)"
+            )
+        )
+        assert wrong not in done.stdout + done.stderr
+    assert not list(tmp_path.glob("samples.jsonl_results.jsonl*"))
+
+
+@pytest.mark.slow
 def test_code_eval_and_run_on_the_cluster_with_the_token_as_an_evalsweep_secret(
     ray_head: Head, tmp_path: Path, gpt2_a: Path, data_dir: Path
 ) -> None:
@@ -147,9 +187,12 @@ def test_code_eval_and_run_on_the_cluster_with_the_token_as_an_evalsweep_secret(
     )  # fmt: skip
     assert remote.returncode == 0, remote.stderr
     assert (tmp_path / "ray.jsonl").read_bytes() == (tmp_path / "local.jsonl").read_bytes()
+    judged = [json.loads(line) for line in (tmp_path / "ray.jsonl").read_text().splitlines()]
+    isolated = [row for row in judged if row["completion"].startswith(SEES_NO_RAY_VARIABLE)]
+    assert len(isolated) == 8 and all(row["passed"] for row in isolated), isolated
     document = json.loads(remote.stdout)
     assert document["execution"]["path"] == "distributed"
-    assert document["execution"]["slices"] == 4 and document["execution"]["slices_retried"] == 0
+    assert document["execution"]["slices"] == 5 and document["execution"]["slices_retried"] == 0
     assert document["execution"]["setup"][0]["auth"] == "evalsweep secret RAY_TOKEN"
     import ray
 
@@ -162,8 +205,10 @@ def test_code_eval_and_run_on_the_cluster_with_the_token_as_an_evalsweep_secret(
     )  # fmt: skip
     assert ran.returncode == 0, ran.stderr
     assert json.loads(ran.stdout)["compute"]["setup"]["auth"] == "evalsweep secret RAY_TOKEN"
-    # The token's value is nowhere the commands wrote: output, results, audit log.
+    # The token's value is nowhere the commands wrote: output, results and their record,
+    # the audit log, anything else in the folder (the secret store, encrypted, and HOME too).
     written = [remote.stdout, remote.stderr, ran.stdout, ran.stderr,
-               (tmp_path / "ray.jsonl").read_text(), (tmp_path / "s.sqlite").read_bytes().decode(
-                   "latin-1")]  # fmt: skip
+               (tmp_path / "ray.jsonl.run.json").read_text()]  # fmt: skip
+    written += [path.read_bytes().decode("latin-1") for path in tmp_path.rglob("*")
+                if path.is_file()]  # fmt: skip
     assert not any(ray_head.token in text for text in written)

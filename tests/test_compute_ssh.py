@@ -73,6 +73,7 @@ def sshd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sshd]:
         f"AuthorizedKeysFile {authorized}\nPidFile {root / 'sshd.pid'}\n"
         "PasswordAuthentication no\nKbdInteractiveAuthentication no\n"
         "PubkeyAuthentication yes\nUsePAM no\nStrictModes no\nPermitRootLogin prohibit-password\n"
+        "MaxStartups 50\nMaxSessions 50\n"  # code-eval keeps several slices' connections open
     )
     if os.geteuid() == 0:
         Path("/run/sshd").mkdir(mode=0o755, exist_ok=True)  # sshd's privilege separation dir

@@ -84,6 +84,13 @@ from evalsweep.options import k_values as parse_k_values
     show_default=True,
     help="Other targets: retries of a slice whose worker died.",
 )
+@click.option(
+    "--hash-seed",
+    type=int,
+    callback=lambda _ctx, _param, value: _hash_seed(value),
+    help="PYTHONHASHSEED of every sandbox, here or on every slice (default: one random seed, "
+    "recorded): a sample whose outcome depends on set order is judged alike with the same seed.",
+)
 @store_option
 @json_option("Print the whole result as JSON.")
 @no_color_option
@@ -102,6 +109,7 @@ def code_eval(
     slice_samples: int | None,
     slices_per_host: int,
     retries: int,
+    hash_seed: int | None,
     store: Path | None,
     as_json: bool,
     debug: bool,
@@ -141,6 +149,7 @@ def code_eval(
             slice_samples=slice_samples,
             slices_per_host=slices_per_host,
             retries=retries,
+            hash_seed=hash_seed,
             progress=progress,
             note=lambda message: bars.note(message),
             warn=warn,
@@ -166,8 +175,11 @@ def code_eval(
     if left_out:
         say(f"{', '.join(left_out)} left out: some problems have fewer samples than k", "dim")
     say(f"verdicts: {counts}")
-    say(f"ran {run.samples_run} samples in {run.wall_seconds:.1f} s{resumed}")
     execution = ran.record
+    say(
+        f"ran {run.samples_run} samples in {run.wall_seconds:.1f} s{resumed} "
+        f"(hash seed {execution['hash_seed']})"
+    )
     if execution["path"] == "local":
         say(f"sandbox: {run.sandbox.summary()} ({run.workers} workers)")
     else:
@@ -183,6 +195,15 @@ def code_eval(
             say(f"warning: the sandbox on {host} has other layers than reported", "yellow")
     say(f"usage: {ran.cost.describe()}")
     say(f"wrote {display_path(result.results_path)}", style="dim")
+
+
+def _hash_seed(value: int | None) -> int | None:
+    """``--hash-seed N``: a seed Python takes as ``PYTHONHASHSEED``."""
+    from evalsweep.execution import MAX_HASH_SEED
+
+    if value is not None and not 0 <= value <= MAX_HASH_SEED:
+        raise click.BadParameter(f"{value} is not between 0 and {MAX_HASH_SEED}")
+    return value
 
 
 @main.command("code-eval-slice", hidden=True)

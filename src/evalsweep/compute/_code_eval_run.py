@@ -73,6 +73,7 @@ def code_eval(
     progress: Callable[[int, int], None] | None = None,
     note: Callable[[str], None] | None = None,
     warn: Callable[[str], None] | None = None,
+    hash_seed: int | None = None,
 ) -> CodeEvalRun:
     """Judge a samples file here (``targets == ["local"]``) or on the named targets.
 
@@ -84,6 +85,8 @@ def code_eval(
         config: the person's configuration (targets and ``[tariff]``).
         store: the results store whose audit log records each command sent.
         warn: told each warning about the results files (a resume file set aside).
+        hash_seed: the ``PYTHONHASHSEED`` of every sandbox of the run, here or on every
+            slice (default: one random seed); recorded, so a run can be judged again alike.
     """
     from evalsweep.compute._registry import get_target
     from evalsweep.compute._runner import CommandRunner
@@ -102,6 +105,7 @@ def code_eval(
                     workers=workers,
                     limits=Limits().with_timeout(timeout),
                     unsafe_no_sandbox=unsafe_no_sandbox,
+                    hash_seed=hash_seed,
                 ),
                 meter,
             )
@@ -124,6 +128,7 @@ def code_eval(
         record: dict[str, Any] = {
             "path": "local",
             "targets": ["local"],
+            "hash_seed": service.hash_seed,
             "workers": [{"target": "local", "host": platform.node(),
                          "versions": result.run.versions,
                          "sandbox": {"active": list(result.run.sandbox.active),
@@ -149,6 +154,7 @@ def code_eval(
         workers=workers,
         unsafe_no_sandbox=unsafe_no_sandbox,
         note=note,
+        hash_seed=hash_seed,
     )
     with UsageMeter() as meter:  # this machine's share: reading, cutting, writing
         try:
@@ -173,6 +179,10 @@ class _MeteredService:
     @property
     def workers(self) -> int:
         return self._service.workers
+
+    @property
+    def hash_seed(self) -> int:
+        return self._service.hash_seed
 
     def start(self) -> SandboxReport:
         return self._service.start()

@@ -28,6 +28,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import queue
+import random
 import statistics
 import threading
 import time
@@ -45,7 +46,14 @@ from evalsweep.compute._slices import (
 )
 from evalsweep.compute._usage import BillingUnit, RunCost, Tariff
 from evalsweep.errors import TargetError
-from evalsweep.execution import ExecutionRequest, ExecutionResult, Layer, SandboxReport, Verdict
+from evalsweep.execution import (
+    MAX_HASH_SEED,
+    ExecutionRequest,
+    ExecutionResult,
+    Layer,
+    SandboxReport,
+    Verdict,
+)
 
 OnLine = Callable[[str], None]
 Note = Callable[[str], None]
@@ -126,6 +134,8 @@ class DistributedJudge:
         unsafe_no_sandbox: the workers run samples without isolation (trusted code only).
         note: where progress notes go (retries, setup).
         max_slice_bytes: the largest slice message.
+        hash_seed: the ``PYTHONHASHSEED`` of every slice's sandboxes (default: one random
+            seed for the whole run), so the run is judged as one local service would judge it.
     """
 
     def __init__(
@@ -139,6 +149,7 @@ class DistributedJudge:
         unsafe_no_sandbox: bool = False,
         note: Note | None = None,
         max_slice_bytes: int = MAX_SLICE_BYTES,
+        hash_seed: int | None = None,
     ) -> None:
         if not transports:
             raise ValueError("a distributed judge needs at least one target")
@@ -152,6 +163,9 @@ class DistributedJudge:
         self.unsafe = unsafe_no_sandbox
         self.note = note or (lambda message: None)
         self.max_slice_bytes = max_slice_bytes
+        if hash_seed is not None and not 0 <= hash_seed <= MAX_HASH_SEED:
+            raise ValueError(f"hash_seed must be between 0 and {MAX_HASH_SEED}, got {hash_seed}")
+        self.hash_seed = random.randrange(MAX_HASH_SEED + 1) if hash_seed is None else hash_seed
         self._report: SandboxReport | None = None
         self.setups: list[dict[str, Any]] = []
         self.workers_seen: dict[str, dict[str, Any]] = {}
@@ -216,6 +230,7 @@ class DistributedJudge:
             "workers": self.slice_workers,
             "slices_per_host": self.slices_per_host,
             "unsafe_no_sandbox": self.unsafe,
+            "hash_seed": self.hash_seed,
         }
 
     @staticmethod
@@ -441,6 +456,7 @@ class DistributedJudge:
             "slice_samples": self.slice_samples,
             "max_slice_bytes": self.max_slice_bytes,
             "slices_per_host": self.slices_per_host,
+            "hash_seed": self.hash_seed,
             "slices": self.slices,
             "slice_attempts": self.attempts,
             "slices_retried": sum(self.retried.values()),

@@ -31,12 +31,13 @@ from evalsweep.tasks import PreparedDocument, Task
 
 @dataclass
 class RayTarget:
-    """A Ray cluster at ``address`` (``auto``, ``ray://host:10001``, or ``local``).
+    """A Ray cluster at ``address`` (``HEAD:6379``, ``auto``, ``ray://HEAD:10001``, or ``local``).
 
     Args:
         name: the target's name.
-        address: what ``ray.init`` connects to; ``local`` starts a cluster on this
-            machine with ``num_cpus`` CPUs. An already initialised Ray is used as is.
+        address: what ``ray.init`` connects to: the head's GCS address, ``auto``, or
+            ``ray://`` for Ray Client (needs ``ray[client]``); ``local`` starts a cluster on
+            this machine with ``num_cpus`` CPUs. An already initialised Ray is used as is.
         num_gpus: GPUs per Ray task (0 runs on CPU).
         num_cpus: CPUs per Ray task.
         shards: Ray tasks per (checkpoint, task).
@@ -199,7 +200,8 @@ class RayTarget:
                         kwargs.update(_ray_auth.init_kwargs(self.address, token))
                     ray.init(**kwargs, log_to_driver=False)
             except Exception as exc:  # noqa: BLE001 - Ray raises many kinds; all end here
-                refused = _ray_auth.refusal(exc, self.address, source)
+                answered = None if self.address == "local" else _ray_auth.answers(self.address)
+                refused = _ray_auth.refusal(exc, self.address, source, answered)
                 raise TargetError(
                     f"ray target {self.name}: "
                     + (refused or f"cannot connect to {self.address} ({_last_line(exc)})")

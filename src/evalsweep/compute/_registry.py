@@ -19,7 +19,7 @@ machines and says what they cost::
 
     [targets.cluster]
     kind = "ray"
-    address = "ray://head.example.org:10001"
+    address = "head.example.org:6379"   # the head's GCS address (ray:// is Ray Client)
     num_gpus = 1
     hourly_rate = 12.0
     auth_token_secret = "RAY_TOKEN"   # an evalsweep secret (token authentication)
@@ -27,8 +27,9 @@ machines and says what they cost::
 An ssh target's ``secrets = ["HF_TOKEN"]`` names evalsweep secrets its remote
 run gets; ``[tariff]`` (and ``[tariff.NAME]``) prices code-eval runs.
 
-``--target`` also takes ``ssh://user@host[:port]`` and ``ray://host:port``
-directly, and ``skypilot:GPU`` for a cloud GPU with the defaults.
+``--target`` also takes ``ssh://user@host[:port]`` and ``ray://host:port`` (Ray
+Client, which needs ``ray[client]``) directly, and ``skypilot:GPU`` for a cloud GPU
+with the defaults.
 """
 
 from __future__ import annotations

@@ -72,8 +72,11 @@ def judge_slice(data: bytes, out: IO[str]) -> int:
         per_slice = max(1, int(options.get("slices_per_host", 1)))
         cpus = worker_facts()["cpus"]
         workers = max(1, min(64, (2 * cpus) // per_slice))
+    seed = options.get("hash_seed")
     service = ExecutionService(
-        workers=int(workers), unsafe_no_sandbox=bool(options.get("unsafe_no_sandbox"))
+        workers=int(workers),
+        unsafe_no_sandbox=bool(options.get("unsafe_no_sandbox")),
+        hash_seed=int(seed) if seed is not None else None,
     )
     try:
         try:

@@ -13,7 +13,12 @@ Public API:
 
 from ._codeeval import estimate_pass_at_k, evaluate_samples_file
 from ._problems import CodeProblem, CodeSample, build_request, load_problems, load_samples
-from ._service import ExecutionService, SandboxUnavailableError, default_workers
+from ._service import (
+    MAX_HASH_SEED,
+    ExecutionService,
+    SandboxUnavailableError,
+    default_workers,
+)
 from ._types import (
     CodeEvalResult,
     ExecutionRequest,
@@ -27,6 +32,7 @@ from ._types import (
 )
 
 __all__ = [
+    "MAX_HASH_SEED",
     "CodeEvalResult",
     "CodeProblem",
     "CodeSample",
