@@ -7,6 +7,7 @@ non-zero exit; ``--debug`` shows the traceback.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import sys
@@ -14,7 +15,7 @@ import traceback
 from collections.abc import Callable
 from functools import wraps
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 from rich.console import Console
@@ -22,6 +23,9 @@ from rich.text import Text
 
 from evalsweep import __version__
 from evalsweep.errors import EvalsweepError
+
+if TYPE_CHECKING:
+    from evalsweep.report import ResultDocument
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -315,13 +319,13 @@ def run(
             progress = LineProgress() if progress_lines else shown
             document, result = run_on_target(where, job, results_store, progress, sys.argv)
     if received:
-        document["secrets_received"] = received  # names only
+        document = dataclasses.replace(document, secrets_received=received)  # names only
     if out:
         write_outputs(out, document, result)
     _show(document, as_json, subjects)
     if out and not as_json:
         _say(f"wrote {out}/results.json and {out}/samples.jsonl", style="dim")
-    if fail_on_regression and any(c["verdict"] == "regression" for c in document["comparisons"]):
+    if fail_on_regression and any(c.verdict == "regression" for c in document.comparisons):
         sys.exit(3)
 
 
@@ -342,16 +346,16 @@ def _environment_from_stdin() -> list[str]:
     return sorted(values)
 
 
-def _show(document: dict[str, Any], as_json: bool, subjects: bool) -> None:
+def _show(document: ResultDocument, as_json: bool, subjects: bool) -> None:
     """The table (and per-subject table), then the verdict in words under them."""
-    from evalsweep.report import render_subject_table, render_summary, render_table
+    from evalsweep.report import document_json, render_subject_table, render_summary, render_table
 
     if as_json:
-        click.echo(json.dumps(document, indent=2, default=str))
+        click.echo(document_json(document))
         return
-    _print_whole(render_table(document["results"], document["comparisons"]))
+    _print_whole(render_table(document.results, document.comparisons))
     if subjects:
-        _print_whole(render_subject_table(document["results"], document["comparisons"]))
+        _print_whole(render_subject_table(document.results, document.comparisons))
     summary = render_summary(document)
     if summary.plain:
         stdout.print(summary, soft_wrap=True)
@@ -428,10 +432,10 @@ def compare(
     pick_baseline(list(checkpoints), baseline)
     with _open_existing_store(store) as results_store:
         result = stored_sweep(results_store, list(checkpoints), _task_list(tasks), num_fewshot)
-    comparisons = [c.to_dict() for c in compare_results(result, baseline)]
+    comparisons = compare_results(result, baseline)
     document = results_document(result, sys.argv, comparisons)
     _show(document, as_json, subjects)
-    if fail_on_regression and any(c["verdict"] == "regression" for c in comparisons):
+    if fail_on_regression and any(c.verdict == "regression" for c in comparisons):
         sys.exit(3)
 
 
@@ -523,7 +527,7 @@ def report(
     chosen = pick_baseline(list(checkpoints), baseline)
     with _open_existing_store(store) as results_store:
         result = stored_sweep(results_store, list(checkpoints), _task_list(tasks), num_fewshot)
-    comparisons = [c.to_dict() for c in compare_results(result, chosen)]
+    comparisons = compare_results(result, chosen)
     document = results_document(result, sys.argv, comparisons)
     flips = {
         ref: [f.to_dict() for f in find_flips(result, chosen, ref)]
@@ -1099,7 +1103,7 @@ def demo(workdir: Path | None, seed: int, as_json: bool, debug: bool) -> None:
     document = run_demo(workdir, console=stderr, quiet=as_json, seed=seed)
     _show(document, as_json, subjects=True)
     if not as_json:
-        _say(document["demo"]["verdict"], style="bold")
+        _say(document.demo.verdict if document.demo else "", style="bold")
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -6,10 +6,13 @@ import os
 import platform
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from evalsweep.engine import Progress, SweepResult, SweepSpec, run_sweep
 from evalsweep.store import Store
+
+if TYPE_CHECKING:
+    from evalsweep.report import ResultDocument
 
 
 @dataclass(frozen=True)
@@ -56,7 +59,7 @@ class TargetRun:
 
     result: SweepResult
     compute: dict[str, Any]
-    document: dict[str, Any] | None = None
+    document: ResultDocument | None = None
 
 
 @runtime_checkable

@@ -251,16 +251,20 @@ class Store:
         for row in self._conn.execute(query + " ORDER BY task, doc_key", args):
             yield _record(row)
 
-    def save_run(self, run_id: str, document: dict[str, Any]) -> None:
+    def save_run(self, run_id: str, document: str) -> None:
+        """Keep a run's result document, as JSON text (``evalsweep.report.document_json``)."""
         with self._conn:
             self._conn.execute(
-                "INSERT OR REPLACE INTO runs VALUES (?, ?, ?)",
-                (run_id, time.time(), json.dumps(document, default=str)),
+                "INSERT OR REPLACE INTO runs VALUES (?, ?, ?)", (run_id, time.time(), document)
             )
 
-    def runs(self) -> list[dict[str, Any]]:
-        cursor = self._conn.execute("SELECT document FROM runs ORDER BY created")
-        return [json.loads(row[0]) for row in cursor]
+    def runs(self) -> list[tuple[str, str]]:
+        """Every stored run as (run id, its result document's JSON text), oldest first.
+
+        The text is read back by ``evalsweep.report.parse_document``.
+        """
+        cursor = self._conn.execute("SELECT run_id, document FROM runs ORDER BY created")
+        return [(str(row[0]), str(row[1])) for row in cursor]
 
     def ensure_component(self, component: Component) -> None:
         """Create or upgrade another package's tables in this file (see ``_migrations``).
@@ -348,11 +352,12 @@ class Store:
             entries.append(entry)
         return entries
 
-    def load_run(self, run_id: str) -> dict[str, Any]:
+    def load_run(self, run_id: str) -> str:
+        """A run's result document as JSON text (read by ``evalsweep.report.parse_document``)."""
         row = self._conn.execute("SELECT document FROM runs WHERE run_id = ?", (run_id,)).fetchone()
         if row is None:
             raise StoreError(f"no run {run_id!r} in {self.path}")
-        return dict(json.loads(row[0]))
+        return str(row[0])
 
 
 _TEXT_COLUMNS = (
