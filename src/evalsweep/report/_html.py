@@ -685,6 +685,7 @@ def _provenance_section(view: _View) -> str:
         key: value
         for key, value in {
             "wall time of this command": _duration(document.seconds),
+            "compute": document.compute,  # where a target ran it, and the spend
         }.items()
         if value not in (None, {}, [])
     }
