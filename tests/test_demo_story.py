@@ -77,8 +77,8 @@ def test_the_verdicts_are_the_ordinary_pipelines(demo_run: tuple[Path, str, str]
     paths = _checkpoints(workdir)
     with Store(workdir / "results.sqlite") as store:
         ((_, stored),) = store.runs()
-    shown = json.loads(stored)
         again = run_sweep(demo_spec(paths), store)  # every answer is stored: no model call
+    shown = json.loads(stored)
     assert all(item.computed == 0 for item in again.results)
     recomputed = [c.to_dict() for c in compare_results(again)]
     assert recomputed == shown["comparisons"]

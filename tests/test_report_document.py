@@ -55,7 +55,8 @@ def test_a_version_1_document_reads_with_every_field_typed(v1_path: Path, v1: di
     document = read_document(v1_path)
     assert document.schema_version == SCHEMA_VERSION
     assert document.run_id == v1["run_id"]
-    assert [e.reference for e in document.checkpoints] == [c["reference"] for c in v1["checkpoints"]]
+    listed = [c["reference"] for c in v1["checkpoints"]]
+    assert [e.reference for e in document.checkpoints] == listed
     assert [e.checkpoint.identity for e in document.checkpoints] == [
         c["identity"] for c in v1["checkpoints"]
     ]
@@ -197,9 +198,7 @@ def test_nan_written_by_the_writer_reads_back(v1_path: Path) -> None:
     assert again.comparisons[0].mde != again.comparisons[0].mde  # NaN, as written
 
 
-def test_a_refused_file_is_one_line_in_a_fresh_interpreter(
-    v1_path: Path, tmp_path: Path
-) -> None:
+def test_a_refused_file_is_one_line_in_a_fresh_interpreter(v1_path: Path, tmp_path: Path) -> None:
     """A person's damaged results.json read through the MCP path: one line, no traceback."""
     broken = tmp_path / "results.json"
     broken.write_text(json.dumps({"schema_version": 99}), encoding="utf-8")

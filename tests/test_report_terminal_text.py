@@ -40,7 +40,6 @@ def shown(renderable: Any) -> str:
     return console.export_text()
 
 
-
 def test_checkpoint_and_task_names_show_as_written(inputs: ReportInputs) -> None:
     candidate = inputs.candidates[0]
     odd_name = candidate + ODD

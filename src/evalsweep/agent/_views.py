@@ -25,8 +25,6 @@ def table_text(document: ResultDocument, subjects: bool) -> str:
 def headline(document: ResultDocument) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """Task-level scores and comparisons (subjects dropped), as structured rows."""
     keep = ("checkpoint", "task", "metric", "value", "stderr", "n")
-    results = [
-        {k: getattr(r, k) for k in keep} for r in document.results if r.level == "task"
-    ]
+    results = [{k: getattr(r, k) for k in keep} for r in document.results if r.level == "task"]
     comparisons = [dict(c.to_dict()) for c in document.comparisons if c.subject is None]
     return results, comparisons

@@ -50,9 +50,7 @@ _PLOT_CONFIG = {"displaylogo": False, "responsive": True, "toImageButtonOptions"
 _FONT = dict(family="system-ui, -apple-system, Segoe UI, Roboto, sans-serif", size=12)
 
 
-def render_html(
-    document: ResultDocument, flips: Mapping[str, Sequence[Mapping[str, Any]]]
-) -> str:
+def render_html(document: ResultDocument, flips: Mapping[str, Sequence[Mapping[str, Any]]]) -> str:
     """The whole report as one HTML string.
 
     Args:
@@ -134,9 +132,7 @@ class _View:
         # A single-subject task gets no heatmap: its headline row says it all.
         self.subject_tasks = [task for task, found in groups.items() if len(found) > 1]
         self.columns = list(dict.fromkeys((r.task, r.metric) for r in self.headline))
-        self.verdicts = {
-            (c.candidate, c.task, c.metric, c.subject): c for c in self.comparisons
-        }
+        self.verdicts = {(c.candidate, c.task, c.metric, c.subject): c for c in self.comparisons}
 
     def label(self, reference: str) -> str:
         return self.names.get(reference, reference)
@@ -235,8 +231,7 @@ def _table_section(view: _View) -> str:
         rows.append("<tr>" + "".join(row) + "</tr>")
     notes = sorted(
         {
-            f"{view.label(c.candidate)}, {c.task} {SHORT.get(c.metric, c.metric)}: "
-            f"{c.note}"
+            f"{view.label(c.candidate)}, {c.task} {SHORT.get(c.metric, c.metric)}: {c.note}"
             for c in view.comparisons
             if c.note and c.subject is None
         }
@@ -404,11 +399,11 @@ def _heatmap_section(view: _View, figures: _Figures, go: ModuleType) -> str:
     parts = []
     for task in view.subject_tasks:
         rows = [r for r in view.subjects if r.task == task]
-        metric = rows[0]["metric"]
+        metric = rows[0].metric
         rows = [r for r in rows if r.metric == metric]
-        subjects = sorted({r.group for r in rows}, key=lambda s: (_category(task, s), s))
+        subjects = sorted({r.group or "" for r in rows}, key=lambda s: (_category(task, s), s))
         checkpoints = [c for c in view.checkpoints if any(r.checkpoint == c for r in rows)]
-        cells = {(r.group, r.checkpoint): r for r in rows}
+        cells = {(r.group or "", r.checkpoint): r for r in rows}
         z: list[list[float | None]] = []
         text: list[list[str]] = []
         hover: list[list[str]] = []
@@ -481,8 +476,7 @@ def _heat_hover(
     if cell is None:
         return lines[0] + "<br>no result"
     lines.append(
-        f"{view.label(cell.checkpoint)}: {_fmt(cell.value)} ± {_fmt(cell.stderr)}"
-        f", n={cell.n}"
+        f"{view.label(cell.checkpoint)}: {_fmt(cell.value)} ± {_fmt(cell.stderr)}, n={cell.n}"
     )
     if comparison is not None:
         lines.append(
@@ -534,9 +528,7 @@ def _passk_section(view: _View, figures: _Figures, go: ModuleType) -> str:
                         thickness=1.5,
                         width=4,
                     ),
-                    customdata=[
-                        f"{_fmt(r.value)} ± {_fmt(r.stderr)}, n={r.n}" for r in points
-                    ],
+                    customdata=[f"{_fmt(r.value)} ± {_fmt(r.stderr)}, n={r.n}" for r in points],
                     hovertemplate="%{x}: %{customdata}<extra>%{fullData.name}</extra>",
                 )
             )
@@ -756,7 +748,7 @@ def _checkpoint_table(view: _View) -> str:
 def _task_table(view: _View, tasks: Mapping[str, TaskSettings]) -> str:
     rows = []
     for name, settings in tasks.items():
-        compared = [r["n"] for r in view.headline if r["task"] == name]
+        compared = [r.n for r in view.headline if r.task == name]
         rows.append(
             f"<tr><th scope='row'>{_e(name)}</th><td>{_e(settings.version)}</td>"
             f"<td class='num'>{_e(settings.num_fewshot)}</td>"
@@ -854,8 +846,8 @@ def _gap(high: Any, low: Any) -> float:
     return max(0.0, high - low) if _finite(high) and _finite(low) else 0.0
 
 
-def _bounds(comparisons: Iterable[Mapping[str, Any]]) -> list[float]:
-    return [c[k] for c in comparisons for k in ("ci_low", "ci_high") if _finite(c.get(k))]
+def _bounds(comparisons: Iterable[Comparison]) -> list[float]:
+    return [v for c in comparisons for v in (c.ci_low, c.ci_high) if _finite(v)]
 
 
 def _scale(values: Sequence[float]) -> tuple[float, str]:

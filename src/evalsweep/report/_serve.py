@@ -192,7 +192,7 @@ def _index(store_path: Path) -> str:
         run_id = document.run_id
         references = [entry.reference for entry in document.checkpoints]
         names = display_names(references)
-        verdicts = [c.verdict for c in document.comparisons]
+        verdicts = [c.verdict.value for c in document.comparisons]
         tasks = ", ".join(document.settings.tasks)
         link = f"/runs/{quote(run_id)}"
         rows.append(

@@ -60,9 +60,7 @@ def render_table(
     table = Table(title=title, title_justify="left")
     table.add_column("checkpoint", style="bold", overflow="fold")
     for task, metric in columns:
-        n = next(
-            (cells[(c, task, metric)].n for c in checkpoints if (c, task, metric) in cells), 0
-        )
+        n = next((cells[(c, task, metric)].n for c in checkpoints if (c, task, metric) in cells), 0)
         header = escape(f"{task}\n{SHORT.get(metric, metric)}\nn={n}")
         table.add_column(header, justify="right", overflow="fold")
     for checkpoint in checkpoints:
