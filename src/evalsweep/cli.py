@@ -431,7 +431,9 @@ def compare(
 
     pick_baseline(list(checkpoints), baseline)
     with _open_existing_store(store) as results_store:
-        result = stored_sweep(results_store, list(checkpoints), _task_list(tasks), num_fewshot)
+        result = stored_sweep(
+            results_store, list(checkpoints), _task_list(tasks), num_fewshot, scores_only=True
+        )
     comparisons = compare_results(result, baseline)
     document = results_document(result, sys.argv, comparisons)
     _show(document, as_json, subjects)

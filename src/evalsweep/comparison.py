@@ -115,6 +115,8 @@ class Flip:
 
 def find_flips(result: SweepResult, baseline: str, candidate: str) -> list[Flip]:
     """Questions that changed between ``baseline`` and ``candidate``: regressions first."""
+    if result.scores_only:
+        raise ComparisonError("flips show the questions: read the stored rows in full")
     by_key = {(r.checkpoint.reference, r.task): r for r in result.results}
     references = [c.reference for c in result.checkpoints]
     for name in (baseline, candidate):

@@ -403,7 +403,9 @@ def register_sweep_tools(state: AgentState, tool: ToolRegistrar, consent_type: A
 
         check_sweep(checkpoints, tasks, None, num_fewshot)
         chosen = pick_baseline(list(checkpoints), baseline)
-        result = stored_sweep(state.store, list(checkpoints), list(tasks), num_fewshot)
+        result = stored_sweep(
+            state.store, list(checkpoints), list(tasks), num_fewshot, scores_only=True
+        )
         found = compare_results(result, chosen)
         document = results_document(result, ["mcp:compare"], found)
         results, comparisons = headline(document)

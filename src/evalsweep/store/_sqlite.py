@@ -108,6 +108,21 @@ class SampleRecord:
     document: dict[str, Any]
 
 
+@dataclass(frozen=True)
+class ScoreRecord:
+    """What statistics read of a stored row: which document, and its scores.
+
+    Read by :meth:`Store.scores` from five small columns, without decoding a row's
+    requests, responses, details or document (most of a row's bytes).
+    """
+
+    doc_key: str
+    doc_id: int
+    subject: str | None
+    correct: bool
+    metrics: dict[str, float]
+
+
 class Store:
     """A results store in one SQLite file."""
 
@@ -250,6 +265,17 @@ class Store:
                 args.append(value)
         for row in self._conn.execute(query + " ORDER BY task, doc_key", args):
             yield _record(row)
+
+    def scores(self, checkpoint: str, task: str, backend: str, settings: str) -> list[ScoreRecord]:
+        """The rows :meth:`records` gives for these keys, as :class:`ScoreRecord` only."""
+        cursor = self._conn.execute(
+            "SELECT doc_key, doc_id, subject, correct, metrics FROM samples WHERE checkpoint = ? "
+            "AND task = ? AND backend = ? AND settings = ? ORDER BY task, doc_key",
+            (checkpoint, task, backend, settings),
+        )
+        return [
+            ScoreRecord(row[0], row[1], row[2], bool(row[3]), json.loads(row[4])) for row in cursor
+        ]
 
     def save_run(self, run_id: str, document: str) -> None:
         """Keep a run's result document, as JSON text (``evalsweep.report.document_json``)."""
