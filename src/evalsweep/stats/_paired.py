@@ -12,6 +12,7 @@ questions up and a paired bootstrap percentile CI below; and the MDE.
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 from typing import Literal
@@ -112,17 +113,33 @@ def _sign_flip_p(
 def _bootstrap_ci(
     diffs: FloatArray, *, confidence: float, resamples: int, seed: int
 ) -> tuple[float, float]:
-    """Percentile CI of mean(d) over resampled question indices (same indices for A and B)."""
+    """Percentile CI of mean(d) over resampled question indices (same indices for A and B).
+
+    When every difference is -1, 0 or 1 (0/1 scores), each resample's sum is added up
+    as small integers, which is exact; a float mean of such values is exact too (every
+    partial sum is an integer below 2^53), so ``sum / n`` is the very float
+    ``diffs[idx].mean()`` gives, from the same seeded indices, several times faster.
+    """
     rng = np.random.default_rng(seed)
     n = diffs.size
     rows = max(1, _CHUNK_CELLS // n)
     means = np.empty(resamples)
+    small = diffs.astype(np.int8) if np.all(np.isin(diffs, (-1.0, 0.0, 1.0))) else None
     for start in range(0, resamples, rows):
         count = min(rows, resamples - start)
-        means[start : start + count] = diffs[rng.integers(0, n, size=(count, n))].mean(axis=1)
+        picked = rng.integers(0, n, size=(count, n))
+        if small is not None:
+            means[start : start + count] = small[picked].sum(axis=1, dtype=np.int64) / n
+        else:
+            means[start : start + count] = diffs[picked].mean(axis=1)
     tail = (1.0 - confidence) / 2.0
     low, high = np.quantile(means, [tail, 1.0 - tail])
     return float(low), float(high)
+
+
+@functools.lru_cache(maxsize=64)  # one confidence level, asked once per row
+def _normal_quantile(level: float) -> float:
+    return float(norm.ppf(level))
 
 
 def _sample_variance(values: FloatArray) -> float:
@@ -200,7 +217,7 @@ def paired_compare(
     var_d = _sample_variance(diffs)
     se = math.sqrt(var_d / n)
     if n >= small_n:
-        z = float(norm.ppf(0.5 + confidence / 2.0))
+        z = _normal_quantile(0.5 + confidence / 2.0)
         ci_low, ci_high, ci_method = delta - z * se, delta + z * se, "normal"
     else:
         ci_low, ci_high = _bootstrap_ci(

@@ -273,9 +273,14 @@ class Store:
             "AND task = ? AND backend = ? AND settings = ? ORDER BY task, doc_key",
             (checkpoint, task, backend, settings),
         )
-        return [
-            ScoreRecord(row[0], row[1], row[2], bool(row[3]), json.loads(row[4])) for row in cursor
-        ]
+        decoded: dict[str, dict[str, float]] = {}  # most rows hold one of a few metric texts
+        records = []
+        for doc_key, doc_id, subject, correct, text in cursor:
+            metrics = decoded.get(text)
+            if metrics is None:
+                metrics = decoded[text] = json.loads(text)
+            records.append(ScoreRecord(doc_key, doc_id, subject, bool(correct), dict(metrics)))
+        return records
 
     def save_run(self, run_id: str, document: str) -> None:
         """Keep a run's result document, as JSON text (``evalsweep.report.document_json``)."""
