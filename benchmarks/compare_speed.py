@@ -1,23 +1,29 @@
 """How long do ``compare``, ``flips`` and ``report`` take on a large store?
 
 Builds three tiny real checkpoints and fills a real store with their full MMLU
-and GSM8K rows through ``run_sweep`` (real prompts, real scoring and store
-writes). The answers come from a seeded stand-in backend instead of the
-models, because what is measured is the store-to-report path, which never
-loads a model. Then each command runs in a fresh interpreter, as a person runs
-it, and the best of ``--repeat`` wall times is printed, with whether torch or
-transformers were imported and what a stored row holds.
+(14,042 questions each) and GSM8K (1,319) rows through ``run_sweep`` (real
+prompts, real scoring, real store writes: 46,083 rows). The answers are
+synthesized by a seeded stand-in backend instead of the models, because what
+is measured is the store-to-report path, which never loads a model. Then each
+command runs in a fresh interpreter, as a person runs it, and the best of
+``--repeat`` wall and CPU times is printed, with whether torch or transformers
+were imported and what a stored row holds.
 
-    python benchmarks/compare_speed.py --store /tmp/compare.sqlite
+    python benchmarks/compare_speed.py --store /tmp/compare.sqlite --before OLD/src
 
 ``--store`` keeps the filled store between runs (it is filled only when
 absent); ``--python-path`` times another checkout's code on the same store.
+``--before`` also times the code at ``OLD/src`` (a checkout before a change),
+the two taking turns run by run so that load drift affects both alike, prints
+before / after ratios, and checks that ``compare --json`` gives the same
+results and comparisons (every number and verdict) under both.
 """
 
 from __future__ import annotations
 
 import argparse
 import hashlib
+import json
 import os
 import platform
 import resource
@@ -165,12 +171,30 @@ def time_command(
     return min(times), min(cpu), heavy, code
 
 
+def same_numbers(argv: list[str], env: dict[str, str], before: str) -> bool:
+    """``compare --json`` under both codes: the same result rows and comparisons."""
+    found = []
+    for path in (env.get("PYTHONPATH", ""), before):
+        run_env = dict(env, PYTHONPATH=path)
+        done = subprocess.run(
+            [sys.executable, "-m", "evalsweep", *argv, "--json"],
+            env=run_env,
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        document = json.loads(done.stdout)
+        found.append((document["results"], document["comparisons"]))
+    return found[0] == found[1]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data-dir", default=str(Path(__file__).parents[2] / "shared" / "data"))
     parser.add_argument("--store", type=Path, help="Keep the filled store here.")
     parser.add_argument("--python-path", help="PYTHONPATH for the timed commands.")
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--before", help="PYTHONPATH of the code to compare with (OLD/src).")
     parser.add_argument(
         "--commands", default=",".join(COMMANDS), help=f"Some of: {', '.join(COMMANDS)}."
     )
@@ -195,16 +219,45 @@ def main() -> None:
         if args.python_path:
             env["PYTHONPATH"] = args.python_path
         values = {"a": references[0], "b": references[1], "c": references[2], "out": str(root)}
-        print(f"python {platform.python_version()} on {platform.machine()}, {os.cpu_count()} CPUs")
+        print(
+            f"python {platform.python_version()} on {platform.machine()}, {os.cpu_count()} CPUs, "
+            f"load average {' '.join(f'{v:.2f}' for v in os.getloadavg())}"
+        )
         for label in args.commands.split(","):
             template = COMMANDS[label]
             argv = [part.format(**values) for part in template]
-            seconds, cpu, heavy, code = time_command(argv, env, args.repeat)
+            if not args.before:
+                seconds, cpu, heavy, code = time_command(argv, env, args.repeat)
+                print(
+                    f"{label:20s} wall {seconds:6.2f} s  cpu {cpu:6.2f} s  exit {code}  "
+                    f"torch/transformers imported: {heavy}",
+                    flush=True,
+                )
+                continue
+            old_env = dict(env, PYTHONPATH=args.before)
+            runs: dict[str, list[tuple[float, float, str, int]]] = {"before": [], "after": []}
+            for _ in range(args.repeat):  # in turns: load drift affects both alike
+                runs["before"].append(time_command(argv, old_env, 1))
+                runs["after"].append(time_command(argv, env, 1))
+            best = {
+                name: (min(r[0] for r in found), min(r[1] for r in found), found[-1][2:])
+                for name, found in runs.items()
+            }
+            (old_wall, old_cpu, (_, old_code)), (wall, cpu, (heavy, code)) = (
+                best["before"],
+                best["after"],
+            )
             print(
-                f"{label:20s} wall {seconds:6.2f} s  cpu {cpu:6.2f} s  exit {code}  "
-                f"torch/transformers imported: {heavy}",
+                f"{label:20s} before: wall {old_wall:6.2f} s cpu {old_cpu:6.2f} s (exit {old_code})"
+                f"  after: wall {wall:6.2f} s cpu {cpu:6.2f} s (exit {code})  "
+                f"before/after: wall {old_wall / wall:.2f}x cpu {old_cpu / cpu:.2f}x  "
+                f"torch/transformers imported after: {heavy}",
                 flush=True,
             )
+        if args.before and "compare" in args.commands.split(","):
+            argv = [part.format(**values) for part in COMMANDS["compare"]]
+            same = same_numbers(argv, env, args.before)
+            print(f"compare --json, same results and comparisons before and after: {same}")
 
 
 if __name__ == "__main__":
