@@ -12,16 +12,20 @@ questions up and a paired bootstrap percentile CI below; and the MDE.
 
 from __future__ import annotations
 
-import functools
 import math
 from dataclasses import dataclass
 from typing import Literal
 
 import numpy as np
 import numpy.typing as npt
-from scipy.stats import binom, binomtest, norm
 
 from evalsweep.errors import ComparisonError
+from evalsweep.stats._distributions import (
+    binom_cdf,
+    binom_pmf,
+    binomtest_two_sided,
+    normal_quantile,
+)
 from evalsweep.stats._power import minimum_detectable_effect
 from evalsweep.stats._validate import Scores, as_scores, is_binary
 
@@ -75,8 +79,8 @@ def _mcnemar_p(worse: int, better: int, mid_p: bool) -> float:
         return 1.0
     if mid_p:
         k = min(worse, better)
-        return float(min(1.0, 2.0 * binom.cdf(k, total, 0.5) - binom.pmf(k, total, 0.5)))
-    return float(binomtest(better, total, 0.5).pvalue)
+        return float(min(1.0, 2.0 * binom_cdf(k, total) - binom_pmf(k, total)))
+    return binomtest_two_sided(better, total)
 
 
 def _sign_flip_p(
@@ -135,11 +139,6 @@ def _bootstrap_ci(
     tail = (1.0 - confidence) / 2.0
     low, high = np.quantile(means, [tail, 1.0 - tail])
     return float(low), float(high)
-
-
-@functools.lru_cache(maxsize=64)  # one confidence level, asked once per row
-def _normal_quantile(level: float) -> float:
-    return float(norm.ppf(level))
 
 
 def _sample_variance(values: FloatArray) -> float:
@@ -217,7 +216,7 @@ def paired_compare(
     var_d = _sample_variance(diffs)
     se = math.sqrt(var_d / n)
     if n >= small_n:
-        z = _normal_quantile(0.5 + confidence / 2.0)
+        z = normal_quantile(0.5 + confidence / 2.0)
         ci_low, ci_high, ci_method = delta - z * se, delta + z * se, "normal"
     else:
         ci_low, ci_high = _bootstrap_ci(
