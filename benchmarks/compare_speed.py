@@ -37,6 +37,7 @@ from contextlib import closing
 from pathlib import Path
 
 from evalsweep.requests import GenerationRequest, LoglikelihoodRequest, LoglikelihoodResult
+from evalsweep.store import Store
 
 CHECKPOINTS = ("model-a", "model-b", "model-c")
 COMMANDS = {
@@ -110,7 +111,6 @@ def fill_store(store_path: Path, data_dir: Path, root: Path) -> list[str]:
     from evalsweep.demo import build_checkpoint, build_tokenizer, corpus_from_data_dir
     from evalsweep.engine import SweepSpec, run_sweep
     from evalsweep.models import BackendOptions
-    from evalsweep.store import Store
 
     tokenizer = build_tokenizer(corpus_from_data_dir(data_dir, max_lines=2000), vocab_size=512)
     references = []
@@ -171,11 +171,28 @@ def time_command(
     return min(times), min(cpu), heavy, code
 
 
-def same_numbers(argv: list[str], env: dict[str, str], before: str) -> bool:
+def store_for_version_3(store_path: Path) -> Path:
+    """A copy of the store as store schema 3 wrote it, for code from before schema 4.
+
+    Schema 4 only added the ``samples_scores`` index (``SCORES_INDEX``), so dropping it
+    and setting the version back gives the very file schema 3 code writes and reads.
+    """
+    copy = store_path.with_name(store_path.stem + ".schema3.sqlite")
+    if not copy.exists():
+        with closing(sqlite3.connect(store_path)) as source, closing(sqlite3.connect(copy)) as to:
+            source.backup(to)
+            if to.execute("PRAGMA user_version").fetchone()[0] == 4:
+                to.execute("DROP INDEX IF EXISTS samples_scores")
+                to.execute("PRAGMA user_version = 3")
+                to.commit()
+                to.execute("VACUUM")
+    return copy
+
+
+def same_numbers(argv: list[str], env: dict[str, str], old_env: dict[str, str]) -> bool:
     """``compare --json`` under both codes: the same result rows and comparisons."""
     found = []
-    for path in (env.get("PYTHONPATH", ""), before):
-        run_env = dict(env, PYTHONPATH=path)
+    for run_env in (env, old_env):
         done = subprocess.run(
             [sys.executable, "-m", "evalsweep", *argv, "--json"],
             env=run_env,
@@ -219,6 +236,11 @@ def main() -> None:
         if args.python_path:
             env["PYTHONPATH"] = args.python_path
         values = {"a": references[0], "b": references[1], "c": references[2], "out": str(root)}
+        if args.before:
+            with Store(store_path):  # open once: an older store is upgraded here, not timed
+                pass
+            old_store = store_for_version_3(store_path)
+            old_env = dict(env, PYTHONPATH=args.before, EVALSWEEP_STORE=str(old_store))
         print(
             f"python {platform.python_version()} on {platform.machine()}, {os.cpu_count()} CPUs, "
             f"load average {' '.join(f'{v:.2f}' for v in os.getloadavg())}"
@@ -234,7 +256,6 @@ def main() -> None:
                     flush=True,
                 )
                 continue
-            old_env = dict(env, PYTHONPATH=args.before)
             runs: dict[str, list[tuple[float, float, str, int]]] = {"before": [], "after": []}
             for _ in range(args.repeat):  # in turns: load drift affects both alike
                 runs["before"].append(time_command(argv, old_env, 1))
@@ -256,7 +277,7 @@ def main() -> None:
             )
         if args.before and "compare" in args.commands.split(","):
             argv = [part.format(**values) for part in COMMANDS["compare"]]
-            same = same_numbers(argv, env, args.before)
+            same = same_numbers(argv, env, old_env)
             print(f"compare --json, same results and comparisons before and after: {same}")
 
 

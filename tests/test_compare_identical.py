@@ -164,3 +164,22 @@ def test_the_bootstrap_interval_is_the_plain_one(n: int, kind: str) -> None:
             low, high = np.quantile(means, [tail, 1.0 - tail])
             found = _bootstrap_ci(diffs, confidence=0.95, resamples=resamples, seed=seed)
             assert found == (float(low), float(high))
+
+
+def test_compare_reads_scores_from_the_index_alone(store_path: Path) -> None:
+    """Every query the scores-only read makes is answered by a covering index."""
+    from evalsweep.engine import stored_sweep
+
+    with Store(store_path) as store:
+        conn = store.connection
+        seen: list[str] = []
+        conn.set_trace_callback(seen.append)
+        try:
+            stored_sweep(store, list(REFERENCES), ["mmlu", "gsm8k"], scores_only=True)
+        finally:
+            conn.set_trace_callback(None)
+        reads = [q for q in seen if "FROM samples" in q and "doc_key, doc_id" in q]
+        assert len(reads) == 2 * len(REFERENCES)
+        for query in reads:
+            plan = " ".join(str(r[-1]) for r in conn.execute("EXPLAIN QUERY PLAN " + query))
+            assert "COVERING INDEX samples_scores" in plan, plan

@@ -62,6 +62,7 @@ def stored_sweep(
         if task is None or stored_settings.get("source") == "lm-eval":
             task = ImportedTask(stored_settings)
         read = store.scores if scores_only else store.records
+        shared: dict[tuple[bool, int], ScoredDocument] = {}
         per_checkpoint: dict[str, dict[str, SampleRecord | ScoreRecord]] = {
             c.identity: {
                 r.doc_key: r
@@ -83,7 +84,7 @@ def stored_sweep(
         for checkpoint in checkpoints:
             rows = per_checkpoint[checkpoint.identity]
             scored = [
-                _scored(row) if isinstance(row, SampleRecord) else _score(row)
+                _scored(row) if isinstance(row, SampleRecord) else _score(row, shared)
                 for row in (rows[k] for k in keys)
             ]
             results.append(
@@ -111,8 +112,15 @@ def _fields(row: SampleRecord | ScoreRecord) -> dict[str, Any]:
     return row.document if isinstance(row, SampleRecord) else {}
 
 
-def _score(row: ScoreRecord) -> ScoredDocument:
-    return ScoredDocument(target="", prediction="", metrics=row.metrics, correct=row.correct)
+def _score(row: ScoreRecord, shared: dict[tuple[bool, int], ScoredDocument]) -> ScoredDocument:
+    """A scores-only result; rows with equal scores share one (frozen, read-only) object."""
+    key = (row.correct, id(row.metrics))  # Store.scores hands out one dict per metric text
+    found = shared.get(key)
+    if found is None:
+        found = shared[key] = ScoredDocument(
+            target="", prediction="", metrics=row.metrics, correct=row.correct
+        )
+    return found
 
 
 def _identity(store: Store, reference: str) -> ResolvedCheckpoint:

@@ -12,6 +12,7 @@ questions up and a paired bootstrap percentile CI below; and the MDE.
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 from typing import Literal
@@ -114,6 +115,24 @@ def _sign_flip_p(
     return (1.0 + hits) / (permutations + 1.0), False
 
 
+@functools.lru_cache(maxsize=1)
+def _resampled_indices(seed: int, n: int, resamples: int) -> tuple[npt.NDArray[np.int64], ...]:
+    """The bootstrap's question indices, in chunks of at most ``_CHUNK_CELLS`` cells.
+
+    They depend only on (seed, n, resamples), not on the scores, so every candidate
+    compared on the same questions resamples the very same indices; the last set is
+    kept (read-only), and ``compare_sweep`` asks for equal sizes one after another.
+    """
+    rng = np.random.default_rng(seed)
+    rows = max(1, _CHUNK_CELLS // n)
+    chunks = []
+    for start in range(0, resamples, rows):
+        picked = rng.integers(0, n, size=(min(rows, resamples - start), n))
+        picked.flags.writeable = False
+        chunks.append(picked)
+    return tuple(chunks)
+
+
 def _bootstrap_ci(
     diffs: FloatArray, *, confidence: float, resamples: int, seed: int
 ) -> tuple[float, float]:
@@ -124,14 +143,14 @@ def _bootstrap_ci(
     partial sum is an integer below 2^53), so ``sum / n`` is the very float
     ``diffs[idx].mean()`` gives, from the same seeded indices, several times faster.
     """
-    rng = np.random.default_rng(seed)
     n = diffs.size
     rows = max(1, _CHUNK_CELLS // n)
     means = np.empty(resamples)
     small = diffs.astype(np.int8) if np.all(np.isin(diffs, (-1.0, 0.0, 1.0))) else None
-    for start in range(0, resamples, rows):
-        count = min(rows, resamples - start)
-        picked = rng.integers(0, n, size=(count, n))
+    for start, picked in zip(
+        range(0, resamples, rows), _resampled_indices(seed, n, resamples), strict=True
+    ):
+        count = picked.shape[0]
         if small is not None:
             means[start : start + count] = small[picked].sum(axis=1, dtype=np.int64) / n
         else:

@@ -230,12 +230,20 @@ def compare_sweep(
     """
     pairs = _pair_up(score_sets, baseline, scope)
     sizes = Counter(pair.family for pair in pairs)
-    results = [
-        _compare_row(
-            pair, alpha=alpha / sizes[pair.family], confidence=confidence, power=power, seed=seed
+    # Each row is computed on its own (its own seeded resampling), so the order is free:
+    # rows on equally many questions go one after another and share their bootstrap indices.
+    by_size = sorted(range(len(pairs)), key=lambda i: len(pairs[i].baseline.scores))
+    computed = {
+        i: _compare_row(
+            pairs[i],
+            alpha=alpha / sizes[pairs[i].family],
+            confidence=confidence,
+            power=power,
+            seed=seed,
         )
-        for pair in pairs
-    ]
+        for i in by_size
+    }
+    results = [computed[i] for i in range(len(pairs))]
 
     members: defaultdict[Family, list[int]] = defaultdict(list)
     for index, pair in enumerate(pairs):
