@@ -7,7 +7,8 @@ pmf/cdf/sf at p = 1/2 and the exact two-sided binomial test. ``scipy.stats``
 computes each of those with a ``scipy.special`` ufunc (``ndtri``, ``_binom_pmf``,
 ``_binom_cdf``, ``_binom_sf``) wrapped in argument checks; this module calls the
 same ufuncs with the same checks and clipping, and runs ``binomtest``'s two-sided
-search step for step, so every value is the very float ``scipy.stats`` gives.
+search step for step (SciPy's algorithm, BSD-3-Clause), so every value is the very
+float ``scipy.stats`` gives.
 
 Exact or not used: the shortcut serves only the SciPy versions it was checked
 against (:data:`CHECKED_SCIPY`, where the ufuncs have these names and ``scipy.stats``
