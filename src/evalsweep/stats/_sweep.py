@@ -233,17 +233,24 @@ def compare_sweep(
     # Each row is computed on its own (its own seeded resampling), so the order is free:
     # rows on equally many questions go one after another and share their bootstrap indices.
     by_size = sorted(range(len(pairs)), key=lambda i: len(pairs[i].baseline.scores))
-    computed = {
-        i: _compare_row(
-            pairs[i],
-            alpha=alpha / sizes[pairs[i].family],
-            confidence=confidence,
-            power=power,
-            seed=seed,
-        )
-        for i in by_size
-    }
-    results = [computed[i] for i in range(len(pairs))]
+    computed: dict[int, PairedComparison | ComparisonError] = {}
+    for i in by_size:
+        try:
+            computed[i] = _compare_row(
+                pairs[i],
+                alpha=alpha / sizes[pairs[i].family],
+                confidence=confidence,
+                power=power,
+                seed=seed,
+            )
+        except ComparisonError as exc:  # raised below in row order, as one at a time would
+            computed[i] = exc
+    results = []
+    for i in range(len(pairs)):
+        found = computed[i]
+        if isinstance(found, ComparisonError):
+            raise found
+        results.append(found)
 
     members: defaultdict[Family, list[int]] = defaultdict(list)
     for index, pair in enumerate(pairs):
