@@ -20,7 +20,6 @@ from evalsweep.report._schema import (
     document_json,
     parse_document,
     read_document,
-    result_row_dict,
 )
 from evalsweep.report._summary import (
     SummaryLine,
@@ -42,7 +41,6 @@ __all__ = [
     "document_json",
     "parse_document",
     "read_document",
-    "result_row_dict",
     "PlainProgress",
     "RichProgress",
     "SummaryLine",
