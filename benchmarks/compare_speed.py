@@ -1,23 +1,29 @@
 """How long do ``compare``, ``flips`` and ``report`` take on a large store?
 
 Builds three tiny real checkpoints and fills a real store with their full MMLU
-and GSM8K rows through ``run_sweep`` (real prompts, real scoring and store
-writes). The answers come from a seeded stand-in backend instead of the
-models, because what is measured is the store-to-report path, which never
-loads a model. Then each command runs in a fresh interpreter, as a person runs
-it, and the best of ``--repeat`` wall times is printed, with whether torch or
-transformers were imported and what a stored row holds.
+(14,042 questions each) and GSM8K (1,319) rows through ``run_sweep`` (real
+prompts, real scoring, real store writes: 46,083 rows). The answers are
+synthesized by a seeded stand-in backend instead of the models, because what
+is measured is the store-to-report path, which never loads a model. Then each
+command runs in a fresh interpreter, as a person runs it, and the best of
+``--repeat`` wall and CPU times is printed, with whether torch or transformers
+were imported and what a stored row holds.
 
-    python benchmarks/compare_speed.py --store /tmp/compare.sqlite
+    python benchmarks/compare_speed.py --store /tmp/compare.sqlite --before OLD/src
 
 ``--store`` keeps the filled store between runs (it is filled only when
 absent); ``--python-path`` times another checkout's code on the same store.
+``--before`` also times the code at ``OLD/src`` (a checkout before a change),
+the two taking turns run by run so that load drift affects both alike, prints
+before / after ratios, and checks that ``compare --json`` gives the same
+results and comparisons (every number and verdict) under both.
 """
 
 from __future__ import annotations
 
 import argparse
 import hashlib
+import json
 import os
 import platform
 import resource
@@ -31,6 +37,7 @@ from contextlib import closing
 from pathlib import Path
 
 from evalsweep.requests import GenerationRequest, LoglikelihoodRequest, LoglikelihoodResult
+from evalsweep.store import Store
 
 CHECKPOINTS = ("model-a", "model-b", "model-c")
 COMMANDS = {
@@ -104,7 +111,6 @@ def fill_store(store_path: Path, data_dir: Path, root: Path) -> list[str]:
     from evalsweep.demo import build_checkpoint, build_tokenizer, corpus_from_data_dir
     from evalsweep.engine import SweepSpec, run_sweep
     from evalsweep.models import BackendOptions
-    from evalsweep.store import Store
 
     tokenizer = build_tokenizer(corpus_from_data_dir(data_dir, max_lines=2000), vocab_size=512)
     references = []
@@ -165,12 +171,47 @@ def time_command(
     return min(times), min(cpu), heavy, code
 
 
+def store_for_version_3(store_path: Path) -> Path:
+    """A copy of the store as store schema 3 wrote it, for code from before schema 4.
+
+    Schema 4 only added the ``samples_scores`` index (``SCORES_INDEX``), so dropping it
+    and setting the version back gives the very file schema 3 code writes and reads.
+    """
+    copy = store_path.with_name(store_path.stem + ".schema3.sqlite")
+    if not copy.exists():
+        with closing(sqlite3.connect(store_path)) as source, closing(sqlite3.connect(copy)) as to:
+            source.backup(to)
+            if to.execute("PRAGMA user_version").fetchone()[0] == 4:
+                to.execute("DROP INDEX IF EXISTS samples_scores")
+                to.execute("PRAGMA user_version = 3")
+                to.commit()
+                to.execute("VACUUM")
+    return copy
+
+
+def same_numbers(argv: list[str], env: dict[str, str], old_env: dict[str, str]) -> bool:
+    """``compare --json`` under both codes: the same result rows and comparisons."""
+    found = []
+    for run_env in (env, old_env):
+        done = subprocess.run(
+            [sys.executable, "-m", "evalsweep", *argv, "--json"],
+            env=run_env,
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        document = json.loads(done.stdout)
+        found.append((document["results"], document["comparisons"]))
+    return found[0] == found[1]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data-dir", default=str(Path(__file__).parents[2] / "shared" / "data"))
     parser.add_argument("--store", type=Path, help="Keep the filled store here.")
     parser.add_argument("--python-path", help="PYTHONPATH for the timed commands.")
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--before", help="PYTHONPATH of the code to compare with (OLD/src).")
     parser.add_argument(
         "--commands", default=",".join(COMMANDS), help=f"Some of: {', '.join(COMMANDS)}."
     )
@@ -195,16 +236,49 @@ def main() -> None:
         if args.python_path:
             env["PYTHONPATH"] = args.python_path
         values = {"a": references[0], "b": references[1], "c": references[2], "out": str(root)}
-        print(f"python {platform.python_version()} on {platform.machine()}, {os.cpu_count()} CPUs")
+        if args.before:
+            with Store(store_path):  # open once: an older store is upgraded here, not timed
+                pass
+            old_store = store_for_version_3(store_path)
+            old_env = dict(env, PYTHONPATH=args.before, EVALSWEEP_STORE=str(old_store))
+        print(
+            f"python {platform.python_version()} on {platform.machine()}, {os.cpu_count()} CPUs, "
+            f"load average {' '.join(f'{v:.2f}' for v in os.getloadavg())}"
+        )
         for label in args.commands.split(","):
             template = COMMANDS[label]
             argv = [part.format(**values) for part in template]
-            seconds, cpu, heavy, code = time_command(argv, env, args.repeat)
+            if not args.before:
+                seconds, cpu, heavy, code = time_command(argv, env, args.repeat)
+                print(
+                    f"{label:20s} wall {seconds:6.2f} s  cpu {cpu:6.2f} s  exit {code}  "
+                    f"torch/transformers imported: {heavy}",
+                    flush=True,
+                )
+                continue
+            runs: dict[str, list[tuple[float, float, str, int]]] = {"before": [], "after": []}
+            for _ in range(args.repeat):  # in turns: load drift affects both alike
+                runs["before"].append(time_command(argv, old_env, 1))
+                runs["after"].append(time_command(argv, env, 1))
+            best = {
+                name: (min(r[0] for r in found), min(r[1] for r in found), found[-1][2:])
+                for name, found in runs.items()
+            }
+            (old_wall, old_cpu, (_, old_code)), (wall, cpu, (heavy, code)) = (
+                best["before"],
+                best["after"],
+            )
             print(
-                f"{label:20s} wall {seconds:6.2f} s  cpu {cpu:6.2f} s  exit {code}  "
-                f"torch/transformers imported: {heavy}",
+                f"{label:20s} before: wall {old_wall:6.2f} s cpu {old_cpu:6.2f} s (exit {old_code})"
+                f"  after: wall {wall:6.2f} s cpu {cpu:6.2f} s (exit {code})  "
+                f"before/after: wall {old_wall / wall:.2f}x cpu {old_cpu / cpu:.2f}x  "
+                f"torch/transformers imported after: {heavy}",
                 flush=True,
             )
+        if args.before and "compare" in args.commands.split(","):
+            argv = [part.format(**values) for part in COMMANDS["compare"]]
+            same = same_numbers(argv, env, old_env)
+            print(f"compare --json, same results and comparisons before and after: {same}")
 
 
 if __name__ == "__main__":

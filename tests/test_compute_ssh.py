@@ -190,7 +190,7 @@ def test_sweep_over_ssh_lands_in_local_store_identical_to_local_run(
     )
     assert local_doc["compute"]["kind"] == "local" and local_doc["compute"]["spend"]["spend"] == 0
     with Store(pulled) as store:
-        saved = store.load_run(remote_doc["run_id"])
+        saved = json.loads(store.load_run(remote_doc["run_id"]))
         commands = store.audit_entries(target="box")
     assert saved["compute"]["setup"] == compute["setup"]
     # Every ssh command is in the audit log with its exact text, exit code and output size.

@@ -16,6 +16,7 @@ Slow: it trains and evaluates the model (twice, two seeds).
 
 from __future__ import annotations
 
+import json
 import math
 import re
 import subprocess
@@ -75,8 +76,9 @@ def test_the_verdicts_are_the_ordinary_pipelines(demo_run: tuple[Path, str, str]
     workdir, stdout, _ = demo_run
     paths = _checkpoints(workdir)
     with Store(workdir / "results.sqlite") as store:
-        (shown,) = store.runs()
+        ((_, stored),) = store.runs()
         again = run_sweep(demo_spec(paths), store)  # every answer is stored: no model call
+    shown = json.loads(stored)
     assert all(item.computed == 0 for item in again.results)
     recomputed = [c.to_dict() for c in compare_results(again)]
     assert recomputed == shown["comparisons"]
@@ -101,16 +103,16 @@ def test_another_seed_still_shows_a_regression_or_says_it_did_not(
     tmp_path: Path, demo_run: tuple[Path, str, str]
 ) -> None:
     document = run_demo(tmp_path / "seed-1", quiet=True, seed=1)
-    assert document["demo"]["seed"] == 1
-    first = {(r["checkpoint"], r["task"]): r["value"] for r in document["results"]}
+    assert document.demo is not None and document.demo.seed == 1
+    first = {(r.checkpoint, r.task): r.value for r in document.results}
     assert first  # it ran
-    regressions = [c for c in document["comparisons"] if c["verdict"] == "regression"]
-    verdict = document["demo"]["verdict"]
+    regressions = [c for c in document.comparisons if c.verdict == "regression"]
+    verdict = document.demo.verdict
     assert verdict == verdict_line(document)
     if regressions:
-        headline = [c for c in regressions if c["subject"] is None]
-        worst = min(headline or regressions, key=lambda c: c["p_adjusted"])
-        assert f"adjusted p = {format_p(worst['p_adjusted'])}" in verdict
+        headline = [c for c in regressions if c.subject is None]
+        worst = min(headline or regressions, key=lambda c: c.p_adjusted)
+        assert f"adjusted p = {format_p(worst.p_adjusted)}" in verdict
     else:
         assert "This seed showed no significant regression" in verdict
     # Whether another seed forgets enough to be caught is what its weights earn (seed 1

@@ -73,10 +73,16 @@ def test_doc_to_question_is_what_the_flip_shows(flips: dict[str, list[dict]]) ->
 
 
 def test_the_markdown_flip_table_shows_the_question(flips: dict[str, list[dict]]) -> None:
-    from evalsweep.report import render_markdown
+    from evalsweep.report import ResultDocument, Settings, render_markdown
 
     rows = flips["capitals_plain"] + flips["capitals_asked"]
-    markdown = render_markdown({"results": [], "comparisons": []}, {"B": rows})
+    empty = ResultDocument(
+        run_id="flips-test", created="2026-01-01T00:00:00+00:00", evalsweep_version="test",
+        command=[], settings=Settings(backend={}, options={}, limit=None, data="hub", tasks={}),
+        checkpoints=[], results=[], computed_documents={}, comparisons=[], environment={},
+        seconds=0.0,
+    )  # fmt: skip
+    markdown = render_markdown(empty, {"B": rows})
     assert "Q: Is Paris the capital of France? A or B? A:" in markdown
     assert "Capital of Kenya?" in markdown
 

@@ -20,17 +20,19 @@ screenshot is written to ``tests/artifacts/report.png`` for people to look at.
 from __future__ import annotations
 
 import csv
+import dataclasses
 import json
 import re
 import shutil
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from evalsweep.report import SCHEMA_VERSION, ResultDocument, ResultRow, parse_document
 from evalsweep.report._html import render_html, write_html
 
 SUBJECTS = {"high_school_geography": "A", "marketing": "B", "world_religions": None}
@@ -45,12 +47,12 @@ RED, GREEN = "rgba(183, 28, 28, 1)", "rgba(27, 94, 32, 1)"  # the CSS --red and 
 class ReportInputs:
     """A real document and its flips, plus what built them (for more documents)."""
 
-    document: dict[str, Any]
+    document: ResultDocument
     flips: dict[str, list[dict[str, Any]]]
     baseline: str
     candidates: list[str]
     store_path: Path
-    run_document: dict[str, Any] = field(default_factory=dict)
+    run_document: ResultDocument
 
 
 _BUILT: dict[str, ReportInputs] = {}
@@ -70,7 +72,7 @@ def _build(root: Path, tokenizer: Any, data_dir: Path, random_model: Path) -> Re
     from evalsweep.comparison import compare_results, find_flips
     from evalsweep.engine import SweepSpec, run_sweep, stored_sweep
     from evalsweep.models import BackendOptions
-    from evalsweep.report import results_document
+    from evalsweep.report import document_json, results_document
     from evalsweep.store import Store
     from evalsweep.tasks.mmlu import MMLU
 
@@ -92,10 +94,9 @@ def _build(root: Path, tokenizer: Any, data_dir: Path, random_model: Path) -> Re
             options=options,
         )
         run = run_sweep(mmlu, store)
-        run_document = results_document(
-            run, ["evalsweep", "run"], [c.to_dict() for c in compare_results(run)]
-        )
-        store.save_run(run.run_id, run_document)  # as `evalsweep run` does, for `serve`
+        run_document = results_document(run, ["evalsweep", "run"], compare_results(run))
+        # as `evalsweep run` does, for `serve`
+        store.save_run(run.run_id, document_json(run_document, indent=None))
         gsm8k = SweepSpec(
             checkpoints=references,
             tasks=["gsm8k"],
@@ -106,7 +107,7 @@ def _build(root: Path, tokenizer: Any, data_dir: Path, random_model: Path) -> Re
         )
         run_sweep(gsm8k, store)
         result = stored_sweep(store, references, TASKS)
-    comparisons = [c.to_dict() for c in compare_results(result)]
+    comparisons = compare_results(result)
     document = results_document(result, ["evalsweep", "report", *references], comparisons)
     flips = {c: [f.to_dict() for f in find_flips(result, references[0], c)] for c in references[1:]}
     return ReportInputs(document, flips, references[0], references[1:], store_path, run_document)
@@ -256,8 +257,8 @@ def test_the_report_is_one_file_with_plotly_inlined_once(inputs: ReportInputs, r
     # The result document travels inside the file, intact.
     start = text.index("id='evalsweep-document'>") + len("id='evalsweep-document'>")
     embedded = json.loads(text[start : text.index("</script>", start)])
-    assert embedded["run_id"] == inputs.document["run_id"]
-    assert embedded["comparisons"] == json.loads(json.dumps(inputs.document["comparisons"]))
+    assert embedded["schema_version"] == SCHEMA_VERSION
+    assert parse_document(json.dumps(embedded), "embedded") == inputs.document
 
 
 def test_page_opens_offline_with_no_console_error_and_no_request(page: Page, report_file: Path):
@@ -277,12 +278,12 @@ def test_forest_plot_draws_one_point_per_comparison(inputs: ReportInputs, page: 
     points = page.driver.execute_script(
         "return document.querySelectorAll('#forest-plot .scatterlayer .point').length;"
     )
-    assert points == len(inputs.document["comparisons"])
+    assert points == len(inputs.document.comparisons)
     significant = page.driver.execute_script(
         "return [...document.querySelectorAll('#forest-plot .scatterlayer .point')]"
         ".map(p => p.style.fill);"
     )
-    verdicts = [c["verdict"] for c in inputs.document["comparisons"]]
+    verdicts = [c.verdict for c in inputs.document.comparisons]
     assert significant.count("rgb(198, 40, 40)") == verdicts.count("regression") >= 2
     assert significant.count("rgb(46, 125, 50)") == verdicts.count("improvement") >= 2
     labels = page.driver.execute_script(
@@ -324,7 +325,7 @@ def test_table_colours_regressions_red_and_improvements_green(inputs: ReportInpu
         assert cell.value_of_css_property("color") == RED and "▼" in cell.text
     for cell in by_verdict["improvement"]:
         assert cell.value_of_css_property("color") == GREEN and "▲" in cell.text
-    headline = [c for c in inputs.document["comparisons"] if c["subject"] is None]
+    headline = [c for c in inputs.document.comparisons if c.subject is None]
     assert len(cells) == len(headline)
 
 
@@ -385,11 +386,11 @@ def test_provenance_shows_identities_settings_versions_and_hardware(
     inputs: ReportInputs, page: Page
 ):
     text = page.driver.execute_script("return document.getElementById('provenance').innerText;")
-    for checkpoint in inputs.document["checkpoints"]:
-        assert checkpoint["identity"] in text
-    for name, settings in inputs.document["settings"]["tasks"].items():
-        assert name in text and settings["settings_key"] in text
-    environment = inputs.document["environment"]
+    for entry in inputs.document.checkpoints:
+        assert entry.checkpoint.identity in text
+    for name, settings in inputs.document.settings.tasks.items():
+        assert name in text and settings.settings_key in text
+    environment = inputs.document.environment
     assert environment["versions"]["torch"] in text
     assert environment["hardware"]["cpu"] in text
     assert environment["python"] in text
@@ -423,19 +424,19 @@ def test_passk_plot_when_results_have_pass_at_k(inputs: ReportInputs, browser: A
             mean = sum(values) / len(values)
             spread = (sum((v - mean) ** 2 for v in values) / (len(values) - 1)) ** 0.5
             rows.append(
-                {
-                    "checkpoint": checkpoint,
-                    "identity": "",
-                    "task": "humaneval",
-                    "metric": f"pass@{k}",
-                    "level": "task",
-                    "group": None,
-                    "value": mean,
-                    "stderr": spread / len(values) ** 0.5,
-                    "n": len(values),
-                }
+                ResultRow(
+                    checkpoint=checkpoint,
+                    identity="",
+                    task="humaneval",
+                    metric=f"pass@{k}",
+                    level="task",
+                    group=None,
+                    value=mean,
+                    stderr=spread / len(values) ** 0.5,
+                    n=len(values),
+                )
             )
-    document = {**inputs.document, "results": [*inputs.document["results"], *rows]}
+    document = dataclasses.replace(inputs.document, results=[*inputs.document.results, *rows])
     path = tmp_path / "passk.html"
     write_html(path, document, inputs.flips)
     loaded = open_page(browser, path)
@@ -467,14 +468,15 @@ def test_single_checkpoint_report_has_no_comparisons_but_renders(inputs: ReportI
 
 
 def test_run_document_shows_runtime_and_sandbox_layers(inputs: ReportInputs):
-    document = {
-        **inputs.run_document,
-        "sandbox": {
-            "layers": {"seccomp": [True, "filter installed"], "netns": [False, "no privilege"]},
-            "workers": 2,
-        },
-        "cost": {"usd": 0.0, "gpu_hours": 0.0},
+    sandbox = {
+        "layers": {"seccomp": [True, "filter installed"], "netns": [False, "no privilege"]},
+        "workers": 2,
     }
+    document = dataclasses.replace(
+        inputs.run_document,
+        environment={**inputs.run_document.environment, "sandbox": sandbox},
+        compute={"spend": {"usd": 0.0, "gpu_hours": 0.0}},
+    )
     text = render_html(document, {})
     assert "GPT2LMHeadModel" in text  # runtime of a checkpoint loaded by the run
     assert "Sandbox layers" in text and "seccomp" in text and "no privilege" in text
@@ -543,7 +545,7 @@ def test_serve_lists_stored_runs_and_renders_each_on_loopback(inputs: ReportInpu
             return error.code, error.headers["Content-Type"], error.read().decode()
 
     try:
-        run_id = inputs.run_document["run_id"]
+        run_id = inputs.run_document.run_id
         status, kind, index = get("/")
         assert status == 200 and kind.startswith("text/html")
         assert f"href='/runs/{run_id}'" in index and "always-B" in index

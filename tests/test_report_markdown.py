@@ -34,7 +34,7 @@ def table_rows(text: str) -> list[list[str]]:
 
 
 def test_heading_counts_verdicts(inputs: ReportInputs, markdown: str):
-    verdicts = [c["verdict"] for c in inputs.document["comparisons"]]
+    verdicts = [c.verdict for c in inputs.document.comparisons]
     first, summary = markdown.splitlines()[0], markdown.splitlines()[2]
     assert first == "### evalsweep: 2 candidates vs `always-A`"
     assert f"🔴 **{verdicts.count('regression')} regression" in summary
@@ -48,9 +48,7 @@ def test_table_has_a_column_per_task_metric_and_a_row_per_checkpoint(
     rows = table_rows(markdown)
     header, align, body = rows[0], rows[1], rows[2:]
     headline = list(
-        dict.fromkeys(
-            (r["task"], r["metric"]) for r in inputs.document["results"] if r["level"] == "task"
-        )
+        dict.fromkeys((r.task, r.metric) for r in inputs.document.results if r.level == "task")
     )
     assert header[0] == "checkpoint"
     assert [h.split("<br>")[0] for h in header[1:]] == [task for task, _ in headline]
@@ -72,9 +70,7 @@ def test_significant_subjects_are_listed_regressions_first(inputs: ReportInputs,
     section = markdown[markdown.index("#### Significant per-subject changes") :]
     section = section.split("\n\n")[1]
     moved = [
-        c
-        for c in inputs.document["comparisons"]
-        if c["subject"] and c["verdict"] != "no significant change"
+        c for c in inputs.document.comparisons if c.subject and c.verdict != "no significant change"
     ]
     lines = section.splitlines()[2:]
     assert len(lines) == len(moved)

@@ -10,14 +10,21 @@ difference inside the label-noise band.
 from __future__ import annotations
 
 import re
-from typing import Any
 
 import pytest
 
 from evalsweep.agent._views import table_text
-from evalsweep.report import render_markdown, render_summary, summary_text, verdict_summary
+from evalsweep.report import (
+    ResultDocument,
+    ResultRow,
+    Settings,
+    render_markdown,
+    render_summary,
+    summary_text,
+    verdict_summary,
+)
 from evalsweep.report._summary import format_p
-from evalsweep.stats import GSM8K_LABEL_NOISE, ScoreSet, compare_sweep
+from evalsweep.stats import GSM8K_LABEL_NOISE, Comparison, ScoreSet, compare_sweep
 
 BASE, CAND = "/ckpts/run/step-100", "/ckpts/run/step-300"
 
@@ -33,7 +40,17 @@ def scores(pattern: list[tuple[int, int, int]]) -> tuple[dict[str, float], dict[
     return base, cand
 
 
-def document(rows: dict[tuple[str, str | None], list[tuple[int, int, int]]]) -> dict[str, Any]:
+def bare_document(results: list[ResultRow], comparisons: list[Comparison]) -> ResultDocument:
+    """A document holding only these rows and comparisons (no checkpoints, no settings)."""
+    return ResultDocument(
+        run_id="summary-test", created="2026-01-01T00:00:00+00:00", evalsweep_version="test",
+        command=[], settings=Settings(backend={}, options={}, limit=None, data="hub", tasks={}),
+        checkpoints=[], results=results, computed_documents={}, comparisons=comparisons,
+        environment={}, seconds=0.0,
+    )  # fmt: skip
+
+
+def document(rows: dict[tuple[str, str | None], list[tuple[int, int, int]]]) -> ResultDocument:
     """A result document whose comparisons are the real statistics' on these rows."""
     sets = []
     results = []
@@ -44,20 +61,19 @@ def document(rows: dict[tuple[str, str | None], list[tuple[int, int, int]]]) -> 
             if subject is None:
                 value = sum(values.values()) / len(values)
                 results.append(
-                    {"checkpoint": name, "task": task, "metric": "acc", "level": "task",
-                     "group": None, "value": value, "stderr": None, "n": len(values)}
+                    ResultRow(checkpoint=name, identity=name, task=task, metric="acc",
+                              level="task", group=None, value=value, stderr=None, n=len(values))
                 )  # fmt: skip
-    comparisons = [c.to_dict() for c in compare_sweep(sets, BASE)]
-    return {"results": results, "comparisons": comparisons, "checkpoints": []}
+    return bare_document(results, compare_sweep(sets, BASE))
 
 
 def points(value: float) -> str:
     return f"{value * 100:+.1f}"
 
 
-def the_line(lines: list[str], c: dict[str, Any]) -> str:
-    where = c["task"] + (f" / {c['subject']}" if c["subject"] else "")
-    found = [line for line in lines if f" on {where} (" in line and c["verdict"] in line]
+def the_line(lines: list[str], c: Comparison) -> str:
+    where = c.task + (f" / {c.subject}" if c.subject else "")
+    found = [line for line in lines if f" on {where} (" in line and c.verdict in line]
     assert len(found) == 1, (where, lines)
     return found[0]
 
@@ -77,19 +93,19 @@ def test_regression_and_improvement_lines_name_what_moved_with_their_numbers() -
     assert "▲ improvement" in lines[0].text and "▼ regression" in lines[0].text
     assert "= no significant change" in lines[0].text and "(step-100)" in lines[0].text
     texts = [line.text for line in lines]
-    by_task = {c["task"]: c for c in doc["comparisons"]}
-    assert by_task["mmlu"]["verdict"] == "regression"
-    assert by_task["arc_easy"]["verdict"] == "improvement"
+    by_task = {c.task: c for c in doc.comparisons}
+    assert by_task["mmlu"].verdict == "regression"
+    assert by_task["arc_easy"].verdict == "improvement"
     for task in ("mmlu", "arc_easy"):
         c = by_task[task]
         line = the_line(texts, c)
         assert line.startswith("▼ regression: step-300" if task == "mmlu" else "▲ improvement")
-        assert f"Δ {points(c['delta'])} points" in line
-        assert f"(95% CI {points(c['ci_low'])} to {points(c['ci_high'])})" in line
-        assert f"adjusted p = {format_p(c['p_adjusted'])}" in line
-        assert line.endswith(f"n = {c['n']}")
-    assert points(by_task["mmlu"]["delta"]) == "-19.0"  # 38 net losses of 200 questions
-    mde = by_task["hellaswag"]["mde"]
+        assert f"Δ {points(c.delta)} points" in line
+        assert f"(95% CI {points(c.ci_low)} to {points(c.ci_high)})" in line
+        assert f"adjusted p = {format_p(c.p_adjusted)}" in line
+        assert line.endswith(f"n = {c.n}")
+    assert points(by_task["mmlu"].delta) == "-19.0"  # 38 net losses of 200 questions
+    mde = by_task["hellaswag"].mde
     assert texts[3].startswith("1 of 3 comparisons showed no significant change")
     assert f"hellaswag (acc) {mde * 100:.1f} points" in texts[3]
 
@@ -117,19 +133,19 @@ def test_nothing_significant_says_so_and_gives_the_mde() -> None:
     text = lines[1].text
     assert text.startswith("No significant change in any of the 2 comparisons")
     assert "not proof of no difference" in text
-    for c in doc["comparisons"]:
-        assert c["verdict"] == "no significant change"
-        assert f"{c['task']} (acc) {c['mde'] * 100:.1f} points" in text
+    for c in doc.comparisons:
+        assert c.verdict == "no significant change"
+        assert f"{c.task} (acc) {c.mde * 100:.1f} points" in text
     # The MDE is the real one: 7 discordant questions of 150 cannot show a 2-point change.
-    assert all(c["mde"] > 0.05 for c in doc["comparisons"])
+    assert all(c.mde > 0.05 for c in doc.comparisons)
 
 
 def test_gsm8k_differences_within_label_noise_carry_the_note() -> None:
     # 1,319 problems, 25 gained and 5 lost: +1.5 points, highly significant, yet within
     # the ±1.7-point band that disputed labels alone could move.
     doc = document({("gsm8k", None): [(5, 1, 0), (25, 0, 1), (900, 1, 1), (389, 0, 0)]})
-    (c,) = doc["comparisons"]
-    assert c["verdict"] == "improvement" and abs(c["delta"]) <= GSM8K_LABEL_NOISE
+    (c,) = doc.comparisons
+    assert c.verdict == "improvement" and abs(c.delta) <= GSM8K_LABEL_NOISE
     lines = verdict_summary(doc)
     assert [line.kind for line in lines] == ["legend", "improvement", "note"]
     assert "label-noise band (±1.7%)" in lines[2].text
@@ -146,18 +162,18 @@ def test_gsm8k_differences_within_label_noise_carry_the_note() -> None:
 
 
 def test_no_comparison_no_summary() -> None:
-    assert verdict_summary({"results": [], "comparisons": []}) == []
-    assert summary_text({"results": [], "comparisons": []}) == ""
+    assert verdict_summary(bare_document([], [])) == []
+    assert summary_text(bare_document([], [])) == ""
 
 
 @pytest.fixture
-def mixed() -> dict[str, Any]:
+def mixed() -> ResultDocument:
     return document(
         {("mmlu", None): REGRESSION, ("arc_easy", None): IMPROVEMENT, ("gsm8k", None): SAME}
     )
 
 
-def test_the_same_summary_in_the_terminal_markdown_and_mcp_text(mixed: dict[str, Any]) -> None:
+def test_the_same_summary_in_the_terminal_markdown_and_mcp_text(mixed: ResultDocument) -> None:
     lines = [line.text for line in verdict_summary(mixed)]
     assert render_summary(mixed).plain.splitlines() == lines
     assert summary_text(mixed).splitlines() == lines

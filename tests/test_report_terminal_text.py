@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 from rich.console import Console
 
-from evalsweep.report import RichProgress
+from evalsweep.report import RichProgress, document_json, parse_document
 from evalsweep.report._audit import render_audit
 from evalsweep.report._flips import render_flips
 from evalsweep.report._table import render_subject_table, render_table
@@ -40,19 +40,16 @@ def shown(renderable: Any) -> str:
     return console.export_text()
 
 
-def renamed(value: Any, old: str, new: str) -> Any:
-    return json.loads(json.dumps(value).replace(old, new))
-
-
 def test_checkpoint_and_task_names_show_as_written(inputs: ReportInputs) -> None:
     candidate = inputs.candidates[0]
     odd_name = candidate + ODD
-    document = renamed(inputs.document, json.dumps(candidate)[1:-1], json.dumps(odd_name)[1:-1])
-    task = next(r["task"] for r in document["results"] if r["level"] == "task")
-    document = renamed(document, f'"{task}"', json.dumps(task + "[i]"))
-    table = shown(render_table(document["results"], document["comparisons"]))
+    text = document_json(inputs.document)
+    text = text.replace(json.dumps(candidate)[1:-1], json.dumps(odd_name)[1:-1])
+    task = next(r.task for r in inputs.document.results if r.level == "task")
+    document = parse_document(text.replace(f'"{task}"', json.dumps(task + "[i]")), "renamed")
+    table = shown(render_table(document.results, document.comparisons))
     assert ODD in table and task + "[i]" in table
-    per_subject = shown(render_subject_table(document["results"], document["comparisons"]))
+    per_subject = shown(render_subject_table(document.results, document.comparisons))
     assert Path(odd_name).name in per_subject
 
 

@@ -22,12 +22,12 @@ def score_sets(result: SweepResult) -> list[ScoreSet]:
     sets: list[ScoreSet] = []
     for item in result.results:
         task = result.task_runs[item.task].task
-        subjects = {doc.subject for doc in item.documents}
+        by_subject: dict[str | None, list[int]] = {}
+        for index, doc in enumerate(item.documents):
+            by_subject.setdefault(doc.subject, []).append(index)
+        keys = [doc.key for doc in item.documents]
         for spec in task.metrics:
-            pairs = [
-                (doc, scored.metrics[spec.key])
-                for doc, scored in zip(item.documents, item.scored, strict=True)
-            ]
+            values = [scored.metrics[spec.key] for scored in item.scored]
             sets.append(
                 ScoreSet(
                     checkpoint=item.checkpoint.reference,
@@ -35,11 +35,11 @@ def score_sets(result: SweepResult) -> list[ScoreSet]:
                     metric=spec.key,
                     subject=None,
                     higher_is_better=spec.higher_is_better,
-                    scores={doc.key: value for doc, value in pairs},
+                    scores=dict(zip(keys, values, strict=True)),
                 )
             )
-            if len(subjects) > 1:
-                for subject in sorted(s for s in subjects if s is not None):
+            if len(by_subject) > 1:
+                for subject in sorted(s for s in by_subject if s is not None):
                     sets.append(
                         ScoreSet(
                             checkpoint=item.checkpoint.reference,
@@ -47,7 +47,7 @@ def score_sets(result: SweepResult) -> list[ScoreSet]:
                             metric=spec.key,
                             subject=subject,
                             higher_is_better=spec.higher_is_better,
-                            scores={d.key: v for d, v in pairs if d.subject == subject},
+                            scores={keys[i]: values[i] for i in by_subject[subject]},
                         )
                     )
     return sets
@@ -115,6 +115,8 @@ class Flip:
 
 def find_flips(result: SweepResult, baseline: str, candidate: str) -> list[Flip]:
     """Questions that changed between ``baseline`` and ``candidate``: regressions first."""
+    if result.scores_only:
+        raise ComparisonError("flips show the questions: read the stored rows in full")
     by_key = {(r.checkpoint.reference, r.task): r for r in result.results}
     references = [c.reference for c in result.checkpoints]
     for name in (baseline, candidate):

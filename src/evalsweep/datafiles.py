@@ -132,6 +132,10 @@ _DECODER = json.JSONDecoder(
 )
 # Only for other harnesses' logs (lm-eval writes NaN and -Infinity): numbers as Python reads them.
 _NONFINITE_DECODER = json.JSONDecoder(object_pairs_hook=_unique_object, parse_int=_bounded_int)
+# evalsweep's own documents: ``NaN`` and ``Infinity`` as ``json.dumps`` writes them, no overflow.
+_CONSTANTS_DECODER = json.JSONDecoder(
+    object_pairs_hook=_unique_object, parse_int=_bounded_int, parse_float=_finite_float
+)
 _STRUCTURE = re.compile(r'["\[\]{}]')
 _STRING_REST = re.compile(r'[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)
 _TOO_DEEP = f"arrays and objects nested deeper than {MAX_DEPTH} levels"
@@ -459,6 +463,41 @@ def read_json_object(
             data = _Hashing(raw, digest).read(MAX_DOCUMENT_BYTES + 1)
     except OSError as error:
         raise DataError(f"{shown}: cannot be read ({error.strerror or error})") from None
+    decoder = _NONFINITE_DECODER if nonfinite else _DECODER
+    return _object_of(data, shown, decoder), digest.hexdigest()
+
+
+def read_json_text(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """A JSON object that evalsweep wrote to a file, by the strict rules.
+
+    As :func:`parse_json_text`, for a file: it must be a regular file of at most
+    :data:`MAX_DOCUMENT_BYTES`.
+    """
+    path = Path(path)
+    shown = display_path(path)
+    fd = open_regular(path)
+    try:
+        with open(fd, "rb", closefd=True) as raw:
+            data = raw.read(MAX_DOCUMENT_BYTES + 1)
+    except OSError as error:
+        raise DataError(f"{shown}: cannot be read ({error.strerror or error})") from None
+    return _object_of(data, shown, _CONSTANTS_DECODER)
+
+
+def parse_json_text(data: str | bytes, where: str) -> dict[str, Any]:
+    """One JSON object that evalsweep wrote (a result document), from text.
+
+    The strict rules of this module, except that ``NaN`` and ``Infinity`` are
+    read, as ``json.dumps`` writes them (a number that overflows is still refused).
+
+    Raises:
+        DataError: one line starting with ``where`` (and the line) for malformed input.
+    """
+    raw = data.encode("utf-8", "surrogatepass") if isinstance(data, str) else data
+    return _object_of(raw, where, _CONSTANTS_DECODER)
+
+
+def _object_of(data: bytes, shown: str, decoder: json.JSONDecoder) -> dict[str, Any]:
     if len(data) > MAX_DOCUMENT_BYTES:
         raise DataError(f"{shown}: larger than {MAX_DOCUMENT_BYTES >> 20} MiB")
     try:
@@ -466,12 +505,14 @@ def read_json_object(
     except UnicodeDecodeError as error:
         line = data.count(b"\n", 0, error.start) + 1
         raise DataError(f"{shown}:{line}: not valid UTF-8") from None
+    if "\x00" in text:
+        line = text.count("\n", 0, text.index("\x00")) + 1
+        raise DataError(f"{shown}:{line}: a NUL byte, which no JSON text holds")
     try:
         _check_depth(text)
-        value = _parse_line(text, _NONFINITE_DECODER if nonfinite else _DECODER)
+        return _parse_line(text, decoder)
     except _Malformed as error:
         if error.position is None:  # found by a parser hook, which is not told where
             raise DataError(f"{shown}: {error}") from None
         line = text.count("\n", 0, error.position) + 1
         raise DataError(f"{shown}:{line}: {error}") from None
-    return value, digest.hexdigest()

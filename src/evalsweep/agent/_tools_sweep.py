@@ -6,7 +6,6 @@ evaluated at definition time on purpose; see ``_state``.)
 """
 
 import functools
-import json
 import time
 from pathlib import Path
 from typing import Annotated, Any
@@ -350,12 +349,14 @@ def register_sweep_tools(state: AgentState, tool: ToolRegistrar, consent_type: A
 
         A table larger than the result cap comes in pages: pass next_offset.
         """
+        from evalsweep.report import read_document
+
         check_id(job_id, JOB_ID, "job_id")
         job = state.jobs.refresh(job_id)
         path = Path(job["out_dir"]) / "results.json"
         if job["status"] != "finished" or not path.is_file():
             raise TargetError(f"job {job_id} is {job['status']}; results come when it finished")
-        document = json.loads(path.read_text())
+        document = read_document(path)
         results, comparisons = headline(document)
         baseline = comparisons[0]["baseline"] if comparisons else None
         return state.table_page(
@@ -381,8 +382,10 @@ def register_sweep_tools(state: AgentState, tool: ToolRegistrar, consent_type: A
         check_sweep(checkpoints, tasks)
         check_bounds({"num_fewshot": num_fewshot})
         chosen = pick_baseline(list(checkpoints), baseline)
-        result = stored_sweep(state.store, list(checkpoints), list(tasks), num_fewshot)
-        found = [c.to_dict() for c in compare_results(result, chosen)]
+        result = stored_sweep(
+            state.store, list(checkpoints), list(tasks), num_fewshot, scores_only=True
+        )
+        found = compare_results(result, chosen)
         document = results_document(result, ["mcp:compare"], found)
         results, comparisons = headline(document)
         return state.table_page(

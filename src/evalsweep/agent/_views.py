@@ -3,26 +3,28 @@
 from __future__ import annotations
 
 import io
-from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 
+if TYPE_CHECKING:
+    from evalsweep.report import ResultDocument
 
-def table_text(document: Mapping[str, Any], subjects: bool) -> str:
+
+def table_text(document: ResultDocument, subjects: bool) -> str:
     from evalsweep.report import render_subject_table, render_table, summary_text
 
     buffer = io.StringIO()
     console = Console(file=buffer, width=160, color_system=None, force_terminal=False)
-    console.print(render_table(document["results"], document["comparisons"]))
+    console.print(render_table(document.results, document.comparisons))
     if subjects:
-        console.print(render_subject_table(document["results"], document["comparisons"]))
+        console.print(render_subject_table(document.results, document.comparisons))
     return buffer.getvalue() + summary_text(document)
 
 
-def headline(document: Mapping[str, Any]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+def headline(document: ResultDocument) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """Task-level scores and comparisons (subjects dropped), as structured rows."""
     keep = ("checkpoint", "task", "metric", "value", "stderr", "n")
-    results = [{k: r.get(k) for k in keep} for r in document["results"] if r.get("level") == "task"]
-    comparisons = [dict(c) for c in document["comparisons"] if c.get("subject") is None]
+    results = [{k: getattr(r, k) for k in keep} for r in document.results if r.level == "task"]
+    comparisons = [dict(c.to_dict()) for c in document.comparisons if c.subject is None]
     return results, comparisons

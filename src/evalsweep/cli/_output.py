@@ -7,19 +7,21 @@ consoles, so commands read them as ``_output.stdout`` at the time they print.
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 import traceback
 from collections.abc import Callable
 from functools import wraps
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 from rich.console import Console
 from rich.text import Text
 
 from evalsweep.errors import EvalsweepError
+
+if TYPE_CHECKING:
+    from evalsweep.report import ResultDocument
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -102,16 +104,16 @@ def user_errors(func: F) -> F:
     return wrapper  # type: ignore[return-value]
 
 
-def show(document: dict[str, Any], as_json: bool, subjects: bool) -> None:
+def show(document: ResultDocument, as_json: bool, subjects: bool) -> None:
     """The table (and per-subject table), then the verdict in words under them."""
-    from evalsweep.report import render_subject_table, render_summary, render_table
+    from evalsweep.report import document_json, render_subject_table, render_summary, render_table
 
     if as_json:
-        click.echo(json.dumps(document, indent=2, default=str))
+        click.echo(document_json(document))
         return
-    print_whole(render_table(document["results"], document["comparisons"]))
+    print_whole(render_table(document.results, document.comparisons))
     if subjects:
-        print_whole(render_subject_table(document["results"], document["comparisons"]))
+        print_whole(render_subject_table(document.results, document.comparisons))
     summary = render_summary(document)
     if summary.plain:
         stdout.print(summary, soft_wrap=True)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import sys
@@ -53,14 +54,14 @@ def run(checkpoints: tuple[str, ...], **values: Any) -> None:
             progress = LineProgress() if values["progress_lines"] else shown
             document, result = run_on_target(where, job, results_store, progress, sys.argv)
     if received:
-        document["secrets_received"] = received  # names only
+        document = dataclasses.replace(document, secrets_received=received)  # names only
     if out:
         write_outputs(out, document, result)
     show(document, as_json, values["subjects"])
     if out and not as_json:
         say(f"wrote {out}/results.json and {out}/samples.jsonl", style="dim")
     if values["fail_on_regression"] and any(
-        c["verdict"] == "regression" for c in document["comparisons"]
+        c.verdict == "regression" for c in document.comparisons
     ):
         sys.exit(3)
 
@@ -112,11 +113,13 @@ def compare(
 
     pick_baseline(list(checkpoints), baseline)
     with open_existing_store(store) as results_store:
-        result = stored_sweep(results_store, list(checkpoints), task_list(tasks), num_fewshot)
-    comparisons = [c.to_dict() for c in compare_results(result, baseline)]
+        result = stored_sweep(
+            results_store, list(checkpoints), task_list(tasks), num_fewshot, scores_only=True
+        )
+    comparisons = compare_results(result, baseline)
     document = results_document(result, sys.argv, comparisons)
     show(document, as_json, subjects)
-    if fail_on_regression and any(c["verdict"] == "regression" for c in comparisons):
+    if fail_on_regression and any(c.verdict == "regression" for c in comparisons):
         sys.exit(3)
 
 
@@ -208,7 +211,7 @@ def report(
     chosen = pick_baseline(list(checkpoints), baseline)
     with open_existing_store(store) as results_store:
         result = stored_sweep(results_store, list(checkpoints), task_list(tasks), num_fewshot)
-    comparisons = [c.to_dict() for c in compare_results(result, chosen)]
+    comparisons = compare_results(result, chosen)
     document = results_document(result, sys.argv, comparisons)
     flips = {
         ref: [f.to_dict() for f in find_flips(result, chosen, ref)]
@@ -271,4 +274,4 @@ def demo(workdir: Path | None, seed: int, as_json: bool, debug: bool) -> None:
     document = run_demo(workdir, console=_output.stderr, quiet=as_json, seed=seed)
     show(document, as_json, subjects=True)
     if not as_json:
-        say(document["demo"]["verdict"], style="bold")
+        say(document.demo.verdict if document.demo else "", style="bold")

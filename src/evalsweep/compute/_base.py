@@ -5,11 +5,14 @@ from __future__ import annotations
 import os
 import platform
 from dataclasses import asdict, dataclass, field
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from evalsweep.engine import Progress, SweepResult, SweepSpec, run_sweep
 from evalsweep.options import to_argv
 from evalsweep.store import Store
+
+if TYPE_CHECKING:
+    from evalsweep.report import ResultDocument
 
 
 @dataclass(frozen=True)
@@ -61,7 +64,7 @@ class TargetRun:
 
     result: SweepResult
     compute: dict[str, Any]
-    document: dict[str, Any] | None = None
+    document: ResultDocument | None = None
 
 
 @runtime_checkable

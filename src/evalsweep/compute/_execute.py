@@ -2,17 +2,21 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING
 
 from evalsweep.compute._base import SweepJob, Target
 from evalsweep.engine import Progress, SweepResult
 from evalsweep.store import Store
 
+if TYPE_CHECKING:
+    from evalsweep.report import ResultDocument
+
 
 def run_on_target(
     target: Target, job: SweepJob, store: Store, progress: Progress, command: Sequence[str] = ()
-) -> tuple[dict[str, Any], SweepResult]:
+) -> tuple[ResultDocument, SweepResult]:
     """Run ``job`` on ``target``; save and return its result document and results.
 
     The document is the one ``evalsweep run`` makes (made on the target when the
@@ -20,14 +24,14 @@ def run_on_target(
     rate, the setup it reported, and the spend.
     """
     from evalsweep.comparison import compare_results
-    from evalsweep.report import results_document
+    from evalsweep.report import document_json, results_document
 
     ran = target.run(job, store, progress)
     if ran.document is not None:
-        document = dict(ran.document)
+        document = ran.document
     else:
-        comparisons = [c.to_dict() for c in compare_results(ran.result, job.baseline)]
+        comparisons = compare_results(ran.result, job.baseline)
         document = results_document(ran.result, command, comparisons)
-    document["compute"] = ran.compute
-    store.save_run(str(document["run_id"]), document)
+    document = dataclasses.replace(document, compute=ran.compute)
+    store.save_run(document.run_id, document_json(document, indent=None))
     return document, ran.result

@@ -18,7 +18,7 @@ import time
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from evalsweep import __version__
 from evalsweep.compute._base import SweepJob, TargetInfo, TargetRun
@@ -31,6 +31,9 @@ from evalsweep.errors import EvalsweepError, TargetError
 from evalsweep.jsonl import LINE_END
 from evalsweep.store import Store
 from evalsweep.tasks import get_task
+
+if TYPE_CHECKING:
+    from evalsweep.report import ResultDocument
 
 #: ssh's own exit status for connection and authentication failures.
 SSH_FAILED = 255
@@ -209,7 +212,9 @@ class SSHTarget:
         compute["secrets"] = sorted(self.secrets)  # names only, never values
         return TargetRun(result, compute, document)
 
-    def _run_remote(self, job: SweepJob, runner: CommandRunner, progress: Progress) -> Any:
+    def _run_remote(
+        self, job: SweepJob, runner: CommandRunner, progress: Progress
+    ) -> ResultDocument:
         store_path = f"{self.workdir}/results.sqlite"
         remote = job
         if self.data_dir:  # the host's own copy of the benchmark data
@@ -240,13 +245,15 @@ class SSHTarget:
                 f"ssh target {self.name}: the sweep failed on {self.host}: "
                 f"{_failure_reason(ran)}{kept}; run the same command to resume"
             )
+        from evalsweep.report import parse_document
+
         self.pull(job, runner, progress, store_path)
-        try:
-            return json.loads(ran.stdout.decode())
-        except ValueError:
+        if not ran.stdout.strip():
             raise TargetError(
                 f"ssh target {self.name}: the sweep on {self.host} printed no result document"
-            ) from None
+            )
+        where = f"ssh target {self.name}: the result document the sweep on {self.host} printed"
+        return parse_document(ran.stdout, where)
 
     def pull(
         self, job: SweepJob, runner: CommandRunner, progress: Progress, store_path: str

@@ -21,17 +21,21 @@ significant regression the demo would say so.
 
 from __future__ import annotations
 
+import dataclasses
 import random
 import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 
 from evalsweep.demo._build import build_checkpoint, build_tokenizer
 from evalsweep.jsonl import read_values
+
+if TYPE_CHECKING:
+    from evalsweep.report import ResultDocument
 
 DATA = Path(__file__).parent / "data"
 MMLU_SUBJECTS = ("elementary_mathematics", "high_school_geography", "marketing", "world_religions")
@@ -199,29 +203,27 @@ def story(paths: Sequence[Path], lessons: Sequence[Lesson] = LESSONS) -> list[st
     return lines
 
 
-def verdict_line(document: dict[str, Any]) -> str:
+def verdict_line(document: ResultDocument) -> str:
     """The demo's last word: the regression it caught, or plainly that this seed showed none."""
     from evalsweep.report._summary import format_p
 
-    regressions = [c for c in document["comparisons"] if c["verdict"] == "regression"]
+    regressions = [c for c in document.comparisons if c.verdict == "regression"]
     if not regressions:
         return (
             "This seed showed no significant regression: the last checkpoint did not forget "
             "enough of the MMLU slice for the paired test to tell it from noise."
         )
-    worst = min(regressions, key=lambda c: (c.get("subject") is not None, c["p_adjusted"]))
+    worst = min(regressions, key=lambda c: (c.subject is not None, c.p_adjusted))
     gains = [
-        f"{c['task']}" + (f" / {c['subject']}" if c.get("subject") else "")
-        for c in document["comparisons"]
-        if c["verdict"] == "improvement"
-        and c["candidate"] == worst["candidate"]
-        and c.get("subject") is None
+        c.task + (f" / {c.subject}" if c.subject else "")
+        for c in document.comparisons
+        if c.verdict == "improvement" and c.candidate == worst.candidate and c.subject is None
     ]
-    where = worst["task"] + (f" / {worst['subject']}" if worst.get("subject") else "")
+    where = worst.task + (f" / {worst.subject}" if worst.subject else "")
     better = f" improved on {', '.join(dict.fromkeys(gains))} but" if gains else ""
     return (
-        f"Caught: {Path(worst['candidate']).name}{better} regressed on {where} "
-        f"(Δ {worst['delta'] * 100:+.1f} points, adjusted p = {format_p(worst['p_adjusted'])})."
+        f"Caught: {Path(worst.candidate).name}{better} regressed on {where} "
+        f"(Δ {worst.delta * 100:+.1f} points, adjusted p = {format_p(worst.p_adjusted)})."
     )
 
 
@@ -230,11 +232,11 @@ def run_demo(
     console: Console | None = None,
     quiet: bool = False,
     seed: int = 0,
-) -> dict[str, Any]:
+) -> ResultDocument:
     """Train the checkpoints, run the MMLU and ARC-Easy slices, and return the result document."""
     from evalsweep.comparison import compare_results
     from evalsweep.engine import run_sweep
-    from evalsweep.report import progress_display, results_document
+    from evalsweep.report import Demo, document_json, progress_display, results_document
     from evalsweep.store import Store
 
     console = console or Console(stderr=True)
@@ -256,11 +258,11 @@ def run_demo(
         with Store(workdir / "results.sqlite") as store:
             with progress_display(console, enabled=not quiet) as progress:
                 result = run_sweep(demo_spec(paths), store, progress)
-            comparisons = [c.to_dict() for c in compare_results(result)]
+            comparisons = compare_results(result)
             document = results_document(result, ["evalsweep", "demo"], comparisons)
-            document["demo"] = {"seed": seed, "story": story(paths), "verdict": ""}
-            document["demo"]["verdict"] = verdict_line(document)
-            store.save_run(result.run_id, document)
+            demo = Demo(seed=seed, story=story(paths), verdict=verdict_line(document))
+            document = dataclasses.replace(document, demo=demo)
+            store.save_run(result.run_id, document_json(document, indent=None))
         return document
     finally:
         if holder is not None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
+from typing import Any
 
 from evalsweep.checkpoints import ResolvedCheckpoint, resolve_checkpoint
 from evalsweep.engine._sweep import (
@@ -20,14 +21,26 @@ from evalsweep.engine._sweep import (
     _scored,
 )
 from evalsweep.errors import CheckpointError, ComparisonError, TaskError
-from evalsweep.store import Store
-from evalsweep.tasks import Document, ImportedTask, Task, get_task
+from evalsweep.store import SampleRecord, ScoreRecord, Store
+from evalsweep.tasks import Document, ImportedTask, ScoredDocument, Task, get_task
 
 
 def stored_sweep(
-    store: Store, references: Sequence[str], tasks: Sequence[str], num_fewshot: int | None = None
+    store: Store,
+    references: Sequence[str],
+    tasks: Sequence[str],
+    num_fewshot: int | None = None,
+    *,
+    scores_only: bool = False,
 ) -> SweepResult:
-    """The stored results of ``references`` on ``tasks``, on the documents all of them have."""
+    """The stored results of ``references`` on ``tasks``, on the documents all of them have.
+
+    ``scores_only`` reads only what statistics read (:meth:`Store.scores`): each
+    document's key, id and subject, and each result's metrics and correctness; the
+    documents' rows, targets, predictions and responses are left empty. Aggregates and
+    comparisons are the same numbers as from the full rows (a task's ``aggregate`` reads
+    only subjects and metrics); flips, which show the questions, need the full rows.
+    """
     began = time.time()
     checkpoints = [_identity(store, ref) for ref in references]
     task_runs: dict[str, TaskRun] = {}
@@ -48,10 +61,12 @@ def stored_sweep(
         stored_settings = store.lookup_key(settings) or {}
         if task is None or stored_settings.get("source") == "lm-eval":
             task = ImportedTask(stored_settings)
-        per_checkpoint = {
+        read = store.scores if scores_only else store.records
+        shared: dict[tuple[bool, int], ScoredDocument] = {}
+        per_checkpoint: dict[str, dict[str, SampleRecord | ScoreRecord]] = {
             c.identity: {
                 r.doc_key: r
-                for r in store.records(c.identity, task.name, backend_key, settings)
+                for r in read(c.identity, task.name, backend_key, settings)
                 if not name.startswith("mmlu_") or r.subject == name[5:]
             }
             for c in checkpoints
@@ -62,13 +77,16 @@ def stored_sweep(
         first = per_checkpoint[checkpoints[0].identity]
         keys = sorted(common, key=lambda k: (first[k].subject or "", first[k].doc_id))
         documents = [
-            Document(k, first[k].doc_id, first[k].document, first[k].subject) for k in keys
+            Document(k, first[k].doc_id, _fields(first[k]), first[k].subject) for k in keys
         ]
         shots = stored_settings.get("num_fewshot", num_fewshot)
         task_runs[task.name] = TaskRun(task, int(shots or 0), settings, [])
         for checkpoint in checkpoints:
             rows = per_checkpoint[checkpoint.identity]
-            scored = [_scored(rows[k]) for k in keys]
+            scored = [
+                _scored(row) if isinstance(row, SampleRecord) else _score(row, shared)
+                for row in (rows[k] for k in keys)
+            ]
             results.append(
                 CheckpointTaskResult(
                     checkpoint, task.name, documents, scored, task.aggregate(documents, scored), 0
@@ -86,7 +104,23 @@ def stored_sweep(
         backends={},
         seconds=time.time() - began,
         origin=f"stored results in {store.path}",
+        scores_only=scores_only,
     )
+
+
+def _fields(row: SampleRecord | ScoreRecord) -> dict[str, Any]:
+    return row.document if isinstance(row, SampleRecord) else {}
+
+
+def _score(row: ScoreRecord, shared: dict[tuple[bool, int], ScoredDocument]) -> ScoredDocument:
+    """A scores-only result; rows with equal scores share one (frozen, read-only) object."""
+    key = (row.correct, id(row.metrics))  # Store.scores hands out one dict per metric text
+    found = shared.get(key)
+    if found is None:
+        found = shared[key] = ScoredDocument(
+            target="", prediction="", metrics=row.metrics, correct=row.correct
+        )
+    return found
 
 
 def _identity(store: Store, reference: str) -> ResolvedCheckpoint:

@@ -108,6 +108,8 @@ class SweepResult:
     backends: dict[str, dict[str, Any]]
     seconds: float
     origin: str = "run"  # "run": computed now (or reused); otherwise where the results came from
+    scores_only: bool = False
+    """Read back with scores only (``stored_sweep(scores_only=True)``): no question texts."""
 
 
 def plan_sweep(spec: SweepSpec) -> tuple[list[ResolvedCheckpoint], dict[str, TaskRun]]:

@@ -9,6 +9,18 @@ from evalsweep.report._flips import render_flips
 from evalsweep.report._html import render_html, write_html
 from evalsweep.report._markdown import render_markdown
 from evalsweep.report._progress import PlainProgress, RichProgress, progress_display
+from evalsweep.report._schema import (
+    SCHEMA_VERSION,
+    CheckpointEntry,
+    Demo,
+    ResultDocument,
+    ResultRow,
+    Settings,
+    TaskSettings,
+    document_json,
+    parse_document,
+    read_document,
+)
 from evalsweep.report._summary import (
     SummaryLine,
     render_summary,
@@ -19,6 +31,16 @@ from evalsweep.report._table import display_names, render_subject_table, render_
 from evalsweep.report._targets import render_targets
 
 __all__ = [
+    "SCHEMA_VERSION",
+    "CheckpointEntry",
+    "Demo",
+    "ResultDocument",
+    "ResultRow",
+    "Settings",
+    "TaskSettings",
+    "document_json",
+    "parse_document",
+    "read_document",
     "PlainProgress",
     "RichProgress",
     "SummaryLine",

@@ -1,5 +1,7 @@
 """The machine-readable result (``--json``, ``results.json``) and ``samples.jsonl``.
 
+The document's types, and its one way to JSON and back, are in :mod:`._schema`.
+
 The document records how the numbers were made: checkpoints with their
 resolved identities, task and backend settings, versions and hardware, so a
 result can be trusted and reproduced without the terminal it was shown in.
@@ -7,11 +9,10 @@ result can be trusted and reproduced without the terminal it was shown in.
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import tempfile
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import asdict
 from datetime import UTC, datetime
 from pathlib import Path
@@ -20,68 +21,78 @@ from typing import Any
 from evalsweep import __version__
 from evalsweep.engine import SweepResult
 from evalsweep.jsonl import dumps_lines
+from evalsweep.report._schema import (
+    CheckpointEntry,
+    ResultDocument,
+    ResultRow,
+    Settings,
+    TaskSettings,
+    document_json,
+)
+from evalsweep.stats import Comparison
 from evalsweep.store import environment
 
 
-def _number(value: float) -> float | None:
+def _number(value: float | None) -> float | None:
     return None if value is None or math.isnan(value) else float(value)
 
 
 def results_document(
     result: SweepResult,
     command: Sequence[str] = (),
-    comparisons: Sequence[Mapping[str, Any]] = (),
-) -> dict[str, Any]:
+    comparisons: Sequence[Comparison] = (),
+) -> ResultDocument:
+    """The typed result document of ``result`` (JSON through :mod:`._schema` only)."""
     spec = result.spec
-    return {
-        "run_id": result.run_id,
-        "created": datetime.now(UTC).isoformat(timespec="seconds"),
-        "evalsweep_version": __version__,
-        "command": list(command),
-        "settings": {
-            "backend": result.backend_settings,
-            "options": asdict(spec.options),
-            "limit": spec.limit,
-            "data": result.origin
+    return ResultDocument(
+        run_id=result.run_id,
+        created=datetime.now(UTC).isoformat(timespec="seconds"),
+        evalsweep_version=__version__,
+        command=[str(part) for part in command],
+        settings=Settings(
+            backend=dict(result.backend_settings),
+            options=asdict(spec.options),
+            limit=spec.limit,
+            data=result.origin
             if result.origin != "run"
             else (f"local:{spec.data_dir}" if spec.data_dir else "hub"),
-            "tasks": {
-                name: {
-                    "version": run.task.version,
-                    "num_fewshot": run.num_fewshot,
-                    "n_documents": len(run.prepared)
+            tasks={
+                name: TaskSettings(
+                    version=run.task.version,
+                    num_fewshot=run.num_fewshot,
+                    n_documents=len(run.prepared)
                     or max((len(r.documents) for r in result.results if r.task == name), default=0),
-                    "settings_key": run.settings_key,
-                }
+                    settings_key=run.settings_key,
+                )
                 for name, run in result.task_runs.items()
             },
-        },
-        "checkpoints": [
-            {**c.to_dict(), "runtime": result.backends.get(c.reference, {"loaded": False})}
+        ),
+        checkpoints=[
+            CheckpointEntry(c, dict(result.backends.get(c.reference, {"loaded": False})))
             for c in result.checkpoints
         ],
-        "results": [
-            {
-                "checkpoint": item.checkpoint.reference,
-                "identity": item.checkpoint.identity,
-                "task": item.task,
-                "metric": agg.metric,
-                "level": agg.level,
-                "group": agg.group,
-                "value": _number(agg.value),
-                "stderr": _number(agg.stderr),
-                "n": agg.n,
-            }
+        results=[
+            ResultRow(
+                checkpoint=item.checkpoint.reference,
+                identity=item.checkpoint.identity,
+                task=item.task,
+                metric=agg.metric,
+                level=agg.level,
+                group=agg.group,
+                value=_number(agg.value),
+                stderr=_number(agg.stderr),
+                n=agg.n,
+            )
             for item in result.results
             for agg in item.aggregates
         ],
-        "computed_documents": {
+        computed_documents={
             f"{item.checkpoint.reference}::{item.task}": item.computed for item in result.results
         },
-        "comparisons": [dict(c) for c in comparisons],
-        "environment": environment(),
-        "seconds": round(result.seconds, 3),
-    }
+        comparisons=list(comparisons),
+        environment=environment(),
+        seconds=round(result.seconds, 3),
+    )
 
 
 def sample_lines(result: SweepResult) -> Iterator[dict[str, Any]]:
@@ -112,10 +123,10 @@ def sample_lines(result: SweepResult) -> Iterator[dict[str, Any]]:
             yield line
 
 
-def write_outputs(out_dir: Path, document: Mapping[str, Any], result: SweepResult) -> None:
+def write_outputs(out_dir: Path, document: ResultDocument, result: SweepResult) -> None:
     """Write ``results.json`` and ``samples.jsonl`` atomically (temp file, then rename)."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    _atomic_write(out_dir / "results.json", json.dumps(document, indent=2, default=str) + "\n")
+    _atomic_write(out_dir / "results.json", document_json(document) + "\n")
     lines = dumps_lines(sample_lines(result)).decode("utf-8")
     _atomic_write(out_dir / "samples.jsonl", lines)
 

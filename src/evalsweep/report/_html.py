@@ -15,7 +15,6 @@ The report only reads the result document and the flips; it computes no score.
 from __future__ import annotations
 
 import html
-import json
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from importlib import resources
@@ -29,7 +28,9 @@ from evalsweep.report._numbers import finite as _finite
 from evalsweep.report._numbers import fixed as _fmt
 from evalsweep.report._numbers import p_value as _p
 from evalsweep.report._numbers import signed as _signed
+from evalsweep.report._schema import ResultDocument, ResultRow, TaskSettings, document_json
 from evalsweep.report._table import SHORT, display_names
+from evalsweep.stats import Comparison
 
 if TYPE_CHECKING:
     import plotly.graph_objects as go
@@ -49,9 +50,7 @@ _PLOT_CONFIG = {"displaylogo": False, "responsive": True, "toImageButtonOptions"
 _FONT = dict(family="system-ui, -apple-system, Segoe UI, Roboto, sans-serif", size=12)
 
 
-def render_html(
-    document: Mapping[str, Any], flips: Mapping[str, Sequence[Mapping[str, Any]]]
-) -> str:
+def render_html(document: ResultDocument, flips: Mapping[str, Sequence[Mapping[str, Any]]]) -> str:
     """The whole report as one HTML string.
 
     Args:
@@ -72,11 +71,11 @@ def render_html(
         _provenance_section(view),
     ]
     title = "evalsweep report: " + ", ".join(view.names[c] for c in view.checkpoints)
-    payload = json.dumps(document, default=str, ensure_ascii=False).replace("<", "\\u003c")
+    payload = document_json(document, indent=None, ensure_ascii=False).replace("<", "\\u003c")
     return (
         "<!DOCTYPE html>\n<html lang='en'>\n<head>\n<meta charset='utf-8'>\n"
         "<meta name='viewport' content='width=device-width, initial-scale=1'>\n"
-        f"<meta name='generator' content='evalsweep {_e(document.get('evalsweep_version'))}'>\n"
+        f"<meta name='generator' content='evalsweep {_e(document.evalsweep_version)}'>\n"
         f"<title>{_e(title)}</title>\n<style>{_asset('report.css')}</style>\n</head>\n<body>\n"
         f"{_nav(view)}\n<main>\n" + "\n".join(s for s in sections if s) + "\n</main>\n"
         "<script type='application/json' id='evalsweep-document'>"
@@ -86,7 +85,7 @@ def render_html(
 
 def write_html(
     path: Path | str,
-    document: Mapping[str, Any],
+    document: ResultDocument,
     flips: Mapping[str, Sequence[Mapping[str, Any]]],
 ) -> None:
     """Write the report atomically: a half-written file never replaces a good one."""
@@ -114,29 +113,26 @@ def _plotly() -> ModuleType:
 class _View:
     """The document, indexed the ways the sections read it."""
 
-    def __init__(self, document: Mapping[str, Any]) -> None:
+    def __init__(self, document: ResultDocument) -> None:
         self.document = document
-        results: list[Mapping[str, Any]] = list(document.get("results", []))
-        self.comparisons: list[Mapping[str, Any]] = list(document.get("comparisons", []))
-        listed = [c["reference"] for c in document.get("checkpoints", [])]
-        self.checkpoints = list(dict.fromkeys([*listed, *(r["checkpoint"] for r in results)]))
+        results = document.results
+        self.comparisons = document.comparisons
+        self.checkpoints = document.references
         self.names = display_names(self.checkpoints)
         if self.comparisons:
-            self.baseline: str | None = self.comparisons[0]["baseline"]
+            self.baseline: str | None = self.comparisons[0].baseline
         else:
             self.baseline = self.checkpoints[0] if len(self.checkpoints) > 1 else None
         self.candidates = [c for c in self.checkpoints if self.baseline and c != self.baseline]
-        self.headline = [r for r in results if r["level"] == "task"]
-        self.subjects = [r for r in results if r["level"] == "subject"]
+        self.headline = [r for r in results if r.level == "task"]
+        self.subjects = [r for r in results if r.level == "subject"]
         groups: dict[str, set[str]] = {}
         for r in self.subjects:
-            groups.setdefault(r["task"], set()).add(r["group"])
+            groups.setdefault(r.task, set()).add(r.group or "")
         # A single-subject task gets no heatmap: its headline row says it all.
         self.subject_tasks = [task for task, found in groups.items() if len(found) > 1]
-        self.columns = list(dict.fromkeys((r["task"], r["metric"]) for r in self.headline))
-        self.verdicts = {
-            (c["candidate"], c["task"], c["metric"], c.get("subject")): c for c in self.comparisons
-        }
+        self.columns = list(dict.fromkeys((r.task, r.metric) for r in self.headline))
+        self.verdicts = {(c.candidate, c.task, c.metric, c.subject): c for c in self.comparisons}
 
     def label(self, reference: str) -> str:
         return self.names.get(reference, reference)
@@ -180,7 +176,7 @@ def _summary_section(view: _View, flips: Mapping[str, Sequence[Mapping[str, Any]
     document = view.document
     counts = {verdict: 0 for verdict in VERDICTS}
     for comparison in view.comparisons:
-        counts[comparison["verdict"]] = counts.get(comparison["verdict"], 0) + 1
+        counts[comparison.verdict] = counts.get(comparison.verdict, 0) + 1
     chips = "".join(
         f"<span class='chip {VERDICTS[v][1]}'>{VERDICTS[v][0]} {n} {_e(_plural(v, n))}</span>"
         for v, n in counts.items()
@@ -197,8 +193,8 @@ def _summary_section(view: _View, flips: Mapping[str, Sequence[Mapping[str, Any]
         "<header id='top'>"
         "<h1>evalsweep report</h1>"
         f"<p class='lede'>{len(view.checkpoints)} checkpoints on {_e(tasks)} · {baseline}"
-        f" · {flipped} flipped questions · created {_e(document.get('created', '—'))}"
-        f" · run <code>{_e(document.get('run_id', '—'))}</code></p>"
+        f" · {flipped} flipped questions · created {_e(document.created)}"
+        f" · run <code>{_e(document.run_id)}</code></p>"
         f"<p class='chips'>{chips}</p>"
         "<p class='help'>Verdicts come from paired tests on the same questions, adjusted for "
         "multiplicity; a difference counts only when its adjusted p-value is at most 0.05. "
@@ -216,7 +212,7 @@ def _plural(verdict: str, n: int) -> str:
 def _table_section(view: _View) -> str:
     if not view.headline:
         return _section("table", "Side by side", "<p class='empty'>No results.</p>")
-    cells = {(r["checkpoint"], r["task"], r["metric"]): r for r in view.headline}
+    cells = {(r.checkpoint, r.task, r.metric): r for r in view.headline}
     head = "".join(
         f"<th class='num'>{_e(task)}<br><span class='metric'>{_e(SHORT.get(metric, metric))}"
         f"</span><br><span class='n'>n={_n_of(view, task, metric)}</span></th>"
@@ -235,10 +231,9 @@ def _table_section(view: _View) -> str:
         rows.append("<tr>" + "".join(row) + "</tr>")
     notes = sorted(
         {
-            f"{view.label(c['candidate'])}, {c['task']} {SHORT.get(c['metric'], c['metric'])}: "
-            f"{c['note']}"
+            f"{view.label(c.candidate)}, {c.task} {SHORT.get(c.metric, c.metric)}: {c.note}"
             for c in view.comparisons
-            if c.get("note") and c.get("subject") is None
+            if c.note and c.subject is None
         }
     )
     note_list = (
@@ -261,34 +256,34 @@ def _table_section(view: _View) -> str:
 
 
 def _n_of(view: _View, task: str, metric: str) -> str:
-    found = [r["n"] for r in view.headline if (r["task"], r["metric"]) == (task, metric)]
+    found = [r.n for r in view.headline if (r.task, r.metric) == (task, metric)]
     return str(max(found)) if found else "—"
 
 
-def _result_cell(cell: Mapping[str, Any] | None, comparison: Mapping[str, Any] | None) -> str:
+def _result_cell(cell: ResultRow | None, comparison: Comparison | None) -> str:
     if cell is None:
         return "<td class='num missing'>—</td>"
-    text = _fmt(cell["value"])
-    if cell.get("stderr") is not None:
-        text += f" <span class='se'>± {_fmt(cell['stderr'])}</span>"
+    text = _fmt(cell.value)
+    if cell.stderr is not None:
+        text += f" <span class='se'>± {_fmt(cell.stderr)}</span>"
     if comparison is None:
         return f"<td class='num'>{text}</td>"
-    mark, css, _ = VERDICTS.get(comparison["verdict"], ("?", "same", ""))
+    mark, css, _ = VERDICTS.get(comparison.verdict, ("?", "same", ""))
     title = (
-        f"Δ {_signed(comparison['delta'])}, 95% CI [{_signed(comparison.get('ci_low'))}, "
-        f"{_signed(comparison.get('ci_high'))}], p adjusted {_p(comparison.get('p_adjusted'))}, "
-        f"n={comparison.get('n')}: {comparison['verdict']}"
+        f"Δ {_signed(comparison.delta)}, 95% CI [{_signed(comparison.ci_low)}, "
+        f"{_signed(comparison.ci_high)}], p adjusted {_p(comparison.p_adjusted)}, "
+        f"n={comparison.n}: {comparison.verdict}"
     )
     return (
-        f"<td class='num {css}' title='{_e(title)}' data-verdict='{_e(comparison['verdict'])}'>"
-        f"{text}<div class='delta'>Δ {_signed(comparison['delta'])} {mark}</div></td>"
+        f"<td class='num {css}' title='{_e(title)}' data-verdict='{_e(comparison.verdict)}'>"
+        f"{text}<div class='delta'>Δ {_signed(comparison.delta)} {mark}</div></td>"
     )
 
 
 def _forest_section(view: _View, figures: _Figures, go: ModuleType) -> str:
     from plotly.subplots import make_subplots
 
-    usable = [c for c in view.comparisons if _finite(c.get("delta"))]
+    usable = [c for c in view.comparisons if _finite(c.delta)]
     if not usable:
         return _section(
             "forest",
@@ -297,21 +292,21 @@ def _forest_section(view: _View, figures: _Figures, go: ModuleType) -> str:
         )
     metrics_per_task: dict[str, set[str]] = {}
     for c in usable:
-        metrics_per_task.setdefault(c["task"], set()).add(c["metric"])
+        metrics_per_task.setdefault(c.task, set()).add(c.metric)
 
-    def row_label(c: Mapping[str, Any]) -> str:
-        metric = SHORT.get(c["metric"], c["metric"])
-        if c.get("subject") is None:
-            return f"<b>{c['task']}</b> · {metric}"
-        extra = f" · {metric}" if len(metrics_per_task[c["task"]]) > 1 else ""
-        return f"{c['task']} / {c['subject']}{extra}"
+    def row_label(c: Comparison) -> str:
+        metric = SHORT.get(c.metric, c.metric)
+        if c.subject is None:
+            return f"<b>{c.task}</b> · {metric}"
+        extra = f" · {metric}" if len(metrics_per_task[c.task]) > 1 else ""
+        return f"{c.task} / {c.subject}{extra}"
 
-    ordered = [c for c in usable if c.get("subject") is None] + [
-        c for c in usable if c.get("subject") is not None
+    ordered = [c for c in usable if c.subject is None] + [
+        c for c in usable if c.subject is not None
     ]
     labels = list(dict.fromkeys(row_label(c) for c in ordered))
-    scale, unit = _scale([c["delta"] for c in usable] + _bounds(usable))
-    candidates = [c for c in view.candidates if any(x["candidate"] == c for x in usable)]
+    scale, unit = _scale([c.delta for c in usable] + _bounds(usable))
+    candidates = [c for c in view.candidates if any(x.candidate == c for x in usable)]
     figure = make_subplots(
         rows=1,
         cols=len(candidates),
@@ -320,15 +315,15 @@ def _forest_section(view: _View, figures: _Figures, go: ModuleType) -> str:
         subplot_titles=[f"{view.short(c)} − {view.short(view.baseline or '')}" for c in candidates],
     )
     for column, candidate in enumerate(candidates, start=1):
-        mine = [c for c in ordered if c["candidate"] == candidate]
+        mine = [c for c in ordered if c.candidate == candidate]
         for verdict, (mark, _, colour) in VERDICTS.items():
-            points = [c for c in mine if c["verdict"] == verdict]
+            points = [c for c in mine if c.verdict == verdict]
             if not points:
                 continue
             significant = verdict != "no significant change"
             figure.add_trace(
                 go.Scatter(
-                    x=[c["delta"] * scale for c in points],
+                    x=[c.delta * scale for c in points],
                     y=[row_label(c) for c in points],
                     mode="markers",
                     name=f"{mark} {verdict}",
@@ -342,8 +337,8 @@ def _forest_section(view: _View, figures: _Figures, go: ModuleType) -> str:
                     error_x=dict(
                         type="data",
                         symmetric=False,
-                        array=[_gap(c.get("ci_high"), c["delta"]) * scale for c in points],
-                        arrayminus=[_gap(c["delta"], c.get("ci_low")) * scale for c in points],
+                        array=[_gap(c.ci_high, c.delta) * scale for c in points],
+                        arrayminus=[_gap(c.delta, c.ci_low) * scale for c in points],
                         color=colour,
                         thickness=1.5,
                         width=3,
@@ -385,30 +380,30 @@ def _forest_section(view: _View, figures: _Figures, go: ModuleType) -> str:
     return _section("forest", "Differences from the baseline", body)
 
 
-def _forest_hover(c: Mapping[str, Any], scale: float, unit: str) -> str:
-    low, high = c.get("ci_low"), c.get("ci_high")
+def _forest_hover(c: Comparison, scale: float, unit: str) -> str:
+    low, high = c.ci_low, c.ci_high
     ci = "no interval"
     if _finite(low) and _finite(high):
         ci = f"95% CI [{low * scale:+.1f}, {high * scale:+.1f}] {unit}"
     text = (
-        f"Δ {c['delta'] * scale:+.1f} {unit}, {ci}<br>"
-        f"p {_p(c.get('p_value'))}, adjusted {_p(c.get('p_adjusted'))}, n={c.get('n')}<br>"
-        f"{c['verdict']}"
+        f"Δ {c.delta * scale:+.1f} {unit}, {ci}<br>"
+        f"p {_p(c.p_value)}, adjusted {_p(c.p_adjusted)}, n={c.n}<br>"
+        f"{c.verdict}"
     )
-    if c.get("note"):
-        text += "<br><i>" + html.escape(str(c["note"])) + "</i>"
+    if c.note:
+        text += "<br><i>" + html.escape(str(c.note)) + "</i>"
     return text
 
 
 def _heatmap_section(view: _View, figures: _Figures, go: ModuleType) -> str:
     parts = []
     for task in view.subject_tasks:
-        rows = [r for r in view.subjects if r["task"] == task]
-        metric = rows[0]["metric"]
-        rows = [r for r in rows if r["metric"] == metric]
-        subjects = sorted({r["group"] for r in rows}, key=lambda s: (_category(task, s), s))
-        checkpoints = [c for c in view.checkpoints if any(r["checkpoint"] == c for r in rows)]
-        cells = {(r["group"], r["checkpoint"]): r for r in rows}
+        rows = [r for r in view.subjects if r.task == task]
+        metric = rows[0].metric
+        rows = [r for r in rows if r.metric == metric]
+        subjects = sorted({r.group or "" for r in rows}, key=lambda s: (_category(task, s), s))
+        checkpoints = [c for c in view.checkpoints if any(r.checkpoint == c for r in rows)]
+        cells = {(r.group or "", r.checkpoint): r for r in rows}
         z: list[list[float | None]] = []
         text: list[list[str]] = []
         hover: list[list[str]] = []
@@ -416,11 +411,11 @@ def _heatmap_section(view: _View, figures: _Figures, go: ModuleType) -> str:
             z_row, text_row, hover_row = [], [], []
             for checkpoint in checkpoints:
                 cell = cells.get((subject, checkpoint))
-                value = cell["value"] if cell else None
+                value = cell.value if cell else None
                 comparison = view.verdicts.get((checkpoint, task, metric, subject))
                 mark = ""
-                if comparison and comparison["verdict"] in ("regression", "improvement"):
-                    mark = " " + VERDICTS[comparison["verdict"]][0]
+                if comparison and comparison.verdict in ("regression", "improvement"):
+                    mark = " " + VERDICTS[comparison.verdict][0]
                 z_row.append(value if _finite(value) else None)
                 text_row.append((_fmt(value, 2) if cell else "") + mark)
                 hover_row.append(_heat_hover(view, subject, task, cell, comparison))
@@ -474,21 +469,20 @@ def _heat_hover(
     view: _View,
     subject: str,
     task: str,
-    cell: Mapping[str, Any] | None,
-    comparison: Mapping[str, Any] | None,
+    cell: ResultRow | None,
+    comparison: Comparison | None,
 ) -> str:
     lines = [f"<b>{subject}</b> ({_category(task, subject) or task})"]
     if cell is None:
         return lines[0] + "<br>no result"
     lines.append(
-        f"{view.label(cell['checkpoint'])}: {_fmt(cell['value'])} ± {_fmt(cell.get('stderr'))}"
-        f", n={cell['n']}"
+        f"{view.label(cell.checkpoint)}: {_fmt(cell.value)} ± {_fmt(cell.stderr)}, n={cell.n}"
     )
     if comparison is not None:
         lines.append(
-            f"Δ {_signed(comparison['delta'])} [{_signed(comparison.get('ci_low'))}, "
-            f"{_signed(comparison.get('ci_high'))}], p adj. {_p(comparison.get('p_adjusted'))}"
-            f": {comparison['verdict']}"
+            f"Δ {_signed(comparison.delta)} [{_signed(comparison.ci_low)}, "
+            f"{_signed(comparison.ci_high)}], p adj. {_p(comparison.p_adjusted)}"
+            f": {comparison.verdict}"
         )
     return "<br>".join(lines)
 
@@ -502,7 +496,7 @@ def _category(task: str, subject: str) -> str:
 
 
 def _passk_section(view: _View, figures: _Figures, go: ModuleType) -> str:
-    rows = [r for r in view.headline if str(r["metric"]).startswith("pass@")]
+    rows = [r for r in view.headline if str(r.metric).startswith("pass@")]
     if not rows:
         return _section(
             "passk",
@@ -511,17 +505,17 @@ def _passk_section(view: _View, figures: _Figures, go: ModuleType) -> str:
             "times per problem (HumanEval-style) report them.</p>",
         )
     parts = []
-    for task in dict.fromkeys(r["task"] for r in rows):
-        mine = sorted((r for r in rows if r["task"] == task), key=lambda r: _k_of(r["metric"]))
+    for task in dict.fromkeys(r.task for r in rows):
+        mine = sorted((r for r in rows if r.task == task), key=lambda r: _k_of(r.metric))
         figure = go.Figure()
         for index, checkpoint in enumerate(view.checkpoints):
-            points = [r for r in mine if r["checkpoint"] == checkpoint]
+            points = [r for r in mine if r.checkpoint == checkpoint]
             if not points:
                 continue
             figure.add_trace(
                 go.Scatter(
-                    x=[r["metric"] for r in points],
-                    y=[r["value"] for r in points],
+                    x=[r.metric for r in points],
+                    y=[r.value for r in points],
                     mode="lines+markers",
                     name=view.short(checkpoint),
                     marker=dict(size=9, color=_palette(index)),
@@ -534,9 +528,7 @@ def _passk_section(view: _View, figures: _Figures, go: ModuleType) -> str:
                         thickness=1.5,
                         width=4,
                     ),
-                    customdata=[
-                        f"{_fmt(r['value'])} ± {_fmt(r.get('stderr'))}, n={r['n']}" for r in points
-                    ],
+                    customdata=[f"{_fmt(r.value)} ± {_fmt(r.stderr)}, n={r.n}" for r in points],
                     hovertemplate="%{x}: %{customdata}<extra>%{fullData.name}</extra>",
                 )
             )
@@ -553,9 +545,9 @@ def _passk_section(view: _View, figures: _Figures, go: ModuleType) -> str:
     return _section("passk", "pass@k", "".join(parts))
 
 
-def _reach(row: Mapping[str, Any], up: bool) -> float:
+def _reach(row: ResultRow, up: bool) -> float:
     """Half a normal 95% interval, clipped to [0, 1]: a pass rate cannot leave it."""
-    value, half = row.get("value"), 1.96 * (row.get("stderr") or 0.0)
+    value, half = row.value, 1.96 * (row.stderr or 0.0)
     if not _finite(value):
         return 0.0
     return max(0.0, min(half, 1.0 - value if up else value))
@@ -676,31 +668,34 @@ def _provenance_section(view: _View) -> str:
     document = view.document
     parts = []
     run = {
-        "run id": document.get("run_id"),
-        "created": document.get("created"),
-        "evalsweep": document.get("evalsweep_version"),
-        "command": " ".join(str(a) for a in document.get("command") or []) or None,
+        "run id": document.run_id,
+        "created": document.created,
+        "evalsweep": document.evalsweep_version,
+        "command": " ".join(document.command) or None,
     }
     time_cost = {
         key: value
         for key, value in {
-            "wall time of this command": _duration(document.get("seconds")),
-            "cost": document.get("cost"),
-            "costs": document.get("costs"),
-            "timing": document.get("timing"),
+            "wall time of this command": _duration(document.seconds),
+            "compute": document.compute,  # where a target ran it, and the spend
         }.items()
         if value not in (None, {}, [])
     }
     parts.append(
         _panel("Checkpoints: what each reference resolved to", _checkpoint_table(view), wide=True)
     )
-    settings = dict(document.get("settings") or {})
-    tasks = settings.pop("tasks", {}) or {}
-    parts.append(_panel("Tasks", _task_table(view, tasks), wide=True))
+    settings = document.settings
+    parts.append(_panel("Tasks", _task_table(view, settings.tasks), wide=True))
     parts.append(_panel("Run", _kv_table({**run, **time_cost})))
-    parts.append(_panel("Backend and options", _kv_table(settings)))
-    environment = dict(document.get("environment") or {})
-    sandbox = document.get("sandbox") or environment.pop("sandbox", None)
+    backend_and_options = {
+        "backend": settings.backend,
+        "options": settings.options,
+        "limit": settings.limit,
+        "data": settings.data,
+    }
+    parts.append(_panel("Backend and options", _kv_table(backend_and_options)))
+    environment = dict(document.environment)
+    sandbox = environment.pop("sandbox", None)
     if sandbox:
         parts.append(_panel("Sandbox layers", _sandbox_table(sandbox)))
     versions = environment.pop("versions", {}) or {}
@@ -722,12 +717,13 @@ def _panel(title: str, content: str, wide: bool = False) -> str:
 
 def _checkpoint_table(view: _View) -> str:
     rows = []
-    for checkpoint in view.document.get("checkpoints", []):
-        reference = checkpoint.get("reference", "")
+    for entry in view.document.checkpoints:
+        checkpoint = entry.checkpoint
+        reference = checkpoint.reference
         label = _e(view.label(reference))
         if reference == view.baseline:
             label += " <span class='tag'>baseline</span>"
-        runtime = {k: v for k, v in (checkpoint.get("runtime") or {}).items() if k != "loaded"}
+        runtime = {k: v for k, v in entry.runtime.items() if k != "loaded"}
         if not runtime:
             runtime_html = "<span class='n'>from the store; not loaded for this report</span>"
         else:
@@ -735,11 +731,11 @@ def _checkpoint_table(view: _View) -> str:
         rows.append(
             "<tr>"
             f"<th scope='row'>{label}</th>"
-            f"<td><code>{_e(reference)}</code><br><span class='n'>{_e(checkpoint.get('kind'))}"
-            f" · {_e(checkpoint.get('location'))}</span></td>"
-            f"<td>{_e(checkpoint.get('revision') or '—')}</td>"
-            f"<td><code>{_e(checkpoint.get('commit') or '—')}</code></td>"
-            f"<td><code class='identity'>{_e(checkpoint.get('identity'))}</code></td>"
+            f"<td><code>{_e(reference)}</code><br><span class='n'>{_e(checkpoint.kind)}"
+            f" · {_e(checkpoint.location)}</span></td>"
+            f"<td>{_e(checkpoint.revision or '—')}</td>"
+            f"<td><code>{_e(checkpoint.commit or '—')}</code></td>"
+            f"<td><code class='identity'>{_e(checkpoint.identity)}</code></td>"
             f"<td>{runtime_html}</td></tr>"
         )
     return (
@@ -749,15 +745,15 @@ def _checkpoint_table(view: _View) -> str:
     )
 
 
-def _task_table(view: _View, tasks: Mapping[str, Mapping[str, Any]]) -> str:
+def _task_table(view: _View, tasks: Mapping[str, TaskSettings]) -> str:
     rows = []
     for name, settings in tasks.items():
-        compared = [r["n"] for r in view.headline if r["task"] == name]
+        compared = [r.n for r in view.headline if r.task == name]
         rows.append(
-            f"<tr><th scope='row'>{_e(name)}</th><td>{_e(settings.get('version'))}</td>"
-            f"<td class='num'>{_e(settings.get('num_fewshot'))}</td>"
+            f"<tr><th scope='row'>{_e(name)}</th><td>{_e(settings.version)}</td>"
+            f"<td class='num'>{_e(settings.num_fewshot)}</td>"
             f"<td class='num'>{max(compared) if compared else '—'}</td>"
-            f"<td><code>{_e(settings.get('settings_key'))}</code></td></tr>"
+            f"<td><code>{_e(settings.settings_key)}</code></td></tr>"
         )
     if not rows:
         return "<p class='empty'>—</p>"
@@ -850,8 +846,8 @@ def _gap(high: Any, low: Any) -> float:
     return max(0.0, high - low) if _finite(high) and _finite(low) else 0.0
 
 
-def _bounds(comparisons: Iterable[Mapping[str, Any]]) -> list[float]:
-    return [c[k] for c in comparisons for k in ("ci_low", "ci_high") if _finite(c.get(k))]
+def _bounds(comparisons: Iterable[Comparison]) -> list[float]:
+    return [v for c in comparisons for v in (c.ci_low, c.ci_high) if _finite(v)]
 
 
 def _scale(values: Sequence[float]) -> tuple[float, str]:

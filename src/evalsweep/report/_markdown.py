@@ -15,8 +15,10 @@ from typing import Any
 from evalsweep.report._numbers import fixed as _fmt
 from evalsweep.report._numbers import p_value as _p
 from evalsweep.report._numbers import signed as _signed
+from evalsweep.report._schema import ResultDocument, ResultRow
 from evalsweep.report._summary import verdict_summary
 from evalsweep.report._table import SHORT, display_names
+from evalsweep.stats import Comparison, Verdict
 
 MARKS = {
     "regression": "🔴 ▼",
@@ -28,7 +30,7 @@ ANSWER_CHARS = 60
 
 
 def render_markdown(
-    document: Mapping[str, Any],
+    document: ResultDocument,
     flips: Mapping[str, Sequence[Mapping[str, Any]]],
     max_flips: int = 10,
 ) -> str:
@@ -39,12 +41,11 @@ def render_markdown(
         flips: per candidate reference, its ``Flip.to_dict()`` rows against the baseline.
         max_flips: flip rows shown per candidate (regressions first, as ``find_flips`` sorts).
     """
-    results = list(document.get("results", []))
-    comparisons = list(document.get("comparisons", []))
-    listed = [c["reference"] for c in document.get("checkpoints", [])]
-    checkpoints = list(dict.fromkeys([*listed, *(r["checkpoint"] for r in results)]))
+    results = document.results
+    comparisons = document.comparisons
+    checkpoints = document.references
     names = display_names(checkpoints)
-    baseline = comparisons[0]["baseline"] if comparisons else None
+    baseline = document.baseline
     parts = [_heading(names, checkpoints, baseline, comparisons)]
     summary = _summary(document)
     if summary:
@@ -68,7 +69,7 @@ def _name(names: Mapping[str, str], reference: str | None) -> str:
 SUMMARY_MARKS = {"regression": "🔴 ", "improvement": "🟢 ", "note": "⚠️ "}
 
 
-def _summary(document: Mapping[str, Any]) -> str:
+def _summary(document: ResultDocument) -> str:
     """The terminal's summary lines, one per line (Markdown hard breaks keep them apart)."""
     lines = [
         SUMMARY_MARKS.get(line.kind, "") + _escape(line.text)
@@ -85,13 +86,13 @@ def _heading(
     names: Mapping[str, str],
     checkpoints: Sequence[str],
     baseline: str | None,
-    comparisons: Sequence[Mapping[str, Any]],
+    comparisons: Sequence[Comparison],
 ) -> str:
     if baseline is None:
         return f"### evalsweep: {_code(names[checkpoints[0]]) if checkpoints else 'no results'}"
     counts = {verdict: 0 for verdict in MARKS}
     for comparison in comparisons:
-        counts[comparison["verdict"]] = counts.get(comparison["verdict"], 0) + 1
+        counts[comparison.verdict.value] = counts.get(comparison.verdict.value, 0) + 1
     regressions, improvements = counts["regression"], counts["improvement"]
     summary = " · ".join(
         [
@@ -112,20 +113,18 @@ def _heading(
 
 
 def _table(
-    results: Sequence[Mapping[str, Any]],
-    comparisons: Sequence[Mapping[str, Any]],
+    results: Sequence[ResultRow],
+    comparisons: Sequence[Comparison],
     checkpoints: Sequence[str],
     names: Mapping[str, str],
     baseline: str | None,
 ) -> str:
-    headline = [r for r in results if r["level"] == "task"]
+    headline = [r for r in results if r.level == "task"]
     if not headline:
         return "_No results._"
-    columns = list(dict.fromkeys((r["task"], r["metric"]) for r in headline))
-    cells = {(r["checkpoint"], r["task"], r["metric"]): r for r in headline}
-    verdicts = {
-        (c["candidate"], c["task"], c["metric"]): c for c in comparisons if c.get("subject") is None
-    }
+    columns = list(dict.fromkeys((r.task, r.metric) for r in headline))
+    cells = {(r.checkpoint, r.task, r.metric): r for r in headline}
+    verdicts = {(c.candidate, c.task, c.metric): c for c in comparisons if c.subject is None}
     header = ["checkpoint"] + [
         f"{task}<br>{SHORT.get(metric, metric)} (n={_n(headline, task, metric)})"
         for task, metric in columns
@@ -142,31 +141,31 @@ def _table(
     return "\n".join(lines)
 
 
-def _n(headline: Sequence[Mapping[str, Any]], task: str, metric: str) -> int:
-    return max(r["n"] for r in headline if (r["task"], r["metric"]) == (task, metric))
+def _n(headline: Sequence[ResultRow], task: str, metric: str) -> int:
+    return max(r.n for r in headline if (r.task, r.metric) == (task, metric))
 
 
-def _cell(cell: Mapping[str, Any] | None, comparison: Mapping[str, Any] | None) -> str:
+def _cell(cell: ResultRow | None, comparison: Comparison | None) -> str:
     if cell is None:
         return "—"
-    text = _fmt(cell["value"])
-    if cell.get("stderr") is not None:
-        text += f" ± {_fmt(cell['stderr'])}"
+    text = _fmt(cell.value)
+    if cell.stderr is not None:
+        text += f" ± {_fmt(cell.stderr)}"
     if comparison is not None:
-        text += f"<br>Δ {_signed(comparison['delta'])} {MARKS.get(comparison['verdict'], '?')}"
+        text += f"<br>Δ {_signed(comparison.delta)} {MARKS.get(comparison.verdict.value, '?')}"
     return text
 
 
-def _subject_changes(comparisons: Sequence[Mapping[str, Any]], names: Mapping[str, str]) -> str:
+def _subject_changes(comparisons: Sequence[Comparison], names: Mapping[str, str]) -> str:
     """Only the significant per-subject results: 57 rows of "=" would drown the comment."""
     moved = [
         c
         for c in comparisons
-        if c.get("subject") is not None and c["verdict"] in ("regression", "improvement")
+        if c.subject is not None and c.verdict in (Verdict.REGRESSION, Verdict.IMPROVEMENT)
     ]
     if not moved:
         return ""
-    moved.sort(key=lambda c: (c["verdict"] != "regression", c.get("p_adjusted") or 1.0))
+    moved.sort(key=lambda c: (c.verdict is not Verdict.REGRESSION, c.p_adjusted or 1.0))
     lines = [
         "#### Significant per-subject changes",
         "",
@@ -177,12 +176,12 @@ def _subject_changes(comparisons: Sequence[Mapping[str, Any]], names: Mapping[st
         lines.append(
             _row(
                 [
-                    MARKS[c["verdict"]],
-                    _escape(names.get(c["candidate"], c["candidate"])),
-                    _escape(f"{c['task']} / {c['subject']}"),
-                    _signed(c["delta"]),
-                    f"[{_signed(c.get('ci_low'))}, {_signed(c.get('ci_high'))}]",
-                    _p(c.get("p_adjusted")),
+                    MARKS[c.verdict.value],
+                    _escape(names.get(c.candidate, c.candidate)),
+                    _escape(f"{c.task} / {c.subject}"),
+                    _signed(c.delta),
+                    f"[{_signed(c.ci_low)}, {_signed(c.ci_high)}]",
+                    _p(c.p_adjusted),
                 ]
             )
         )
@@ -224,16 +223,16 @@ def _flips(rows: Sequence[Mapping[str, Any]], candidate: str, baseline: str, max
     return "\n".join(lines)
 
 
-def _footer(document: Mapping[str, Any]) -> str:
-    backend = (document.get("settings") or {}).get("backend") or {}
-    tasks = (document.get("settings") or {}).get("tasks") or {}
-    shots = ", ".join(f"{name} {t.get('num_fewshot')}-shot" for name, t in tasks.items())
+def _footer(document: ResultDocument) -> str:
+    backend = document.settings.backend
+    tasks = document.settings.tasks
+    shots = ", ".join(f"{name} {t.num_fewshot}-shot" for name, t in tasks.items())
     machine = " ".join(
         str(backend[k]) for k in ("backend", "dtype", "device_type") if backend.get(k)
     )
     bits = [
-        f"evalsweep {document.get('evalsweep_version', '?')}",
-        f"run `{document.get('run_id', '?')}`",
+        f"evalsweep {document.evalsweep_version}",
+        f"run `{document.run_id}`",
         machine,
         shots,
         "paired tests, multiplicity-adjusted, α = 0.05",

@@ -12,11 +12,9 @@ from __future__ import annotations
 
 import html
 import ipaddress
-import json
 import socket
 import threading
 from collections import OrderedDict
-from collections.abc import Mapping
 from datetime import UTC, datetime
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -24,9 +22,10 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote, unquote
 
-from evalsweep.errors import EvalsweepError, StoreError
+from evalsweep.errors import DataError, EvalsweepError, StoreError
 from evalsweep.report._html import render_html
 from evalsweep.report._markdown import render_markdown
+from evalsweep.report._schema import ResultDocument, document_json, parse_document
 from evalsweep.report._table import display_names
 
 #: Rendered reports kept in memory; a report embeds plotly.js (~5 MB), so only a few.
@@ -111,14 +110,14 @@ class _Handler(BaseHTTPRequestHandler):
             run_id, suffix = name, "html"
         document = _load(store_path, run_id)
         if suffix == "json":
-            text = json.dumps(document, indent=2, default=str) + "\n"
+            text = document_json(document) + "\n"
             self._send(text.encode(), "application/json")
         elif suffix == "md":
             text = render_markdown(document, _flips(store_path, document))
             self._send(text.encode(), "text/markdown; charset=utf-8")
         else:
             body = self.server.page(
-                (run_id, str(document.get("created", ""))),
+                (run_id, document.created),
                 lambda: render_html(document, _flips(store_path, document)).encode(),
             )
             self._send(body, "text/html; charset=utf-8")
@@ -144,25 +143,25 @@ class _Handler(BaseHTTPRequestHandler):
         """Quiet: a report server's access log is noise in the terminal that started it."""
 
 
-def _load(store_path: Path, run_id: str) -> dict[str, Any]:
+def _load(store_path: Path, run_id: str) -> ResultDocument:
     from evalsweep.store import Store
 
     with Store(store_path) as store:
-        return store.load_run(run_id)
+        text = store.load_run(run_id)
+    return parse_document(text, f"run {run_id!r} in {store_path}")
 
 
-def _flips(store_path: Path, document: Mapping[str, Any]) -> dict[str, list[dict[str, Any]]]:
+def _flips(store_path: Path, document: ResultDocument) -> dict[str, list[dict[str, Any]]]:
     """Each candidate's flips against the run's baseline, rebuilt from the stored rows."""
-    comparisons = document.get("comparisons") or []
-    tasks = list((document.get("settings") or {}).get("tasks") or {})
-    if not comparisons or not tasks:
+    tasks = list(document.settings.tasks)
+    baseline = document.baseline
+    if baseline is None or not tasks:
         return {}
     from evalsweep.comparison import find_flips
     from evalsweep.engine import stored_sweep
     from evalsweep.store import Store
 
-    baseline = comparisons[0]["baseline"]
-    references = [c["reference"] for c in document.get("checkpoints", [])]
+    references = [entry.reference for entry in document.checkpoints]
     try:
         with Store(store_path) as store:
             result = stored_sweep(store, references, tasks)
@@ -181,17 +180,25 @@ def _index(store_path: Path) -> str:
     with Store(store_path) as store:
         runs = store.runs()
     rows = []
-    for document in reversed(runs):
-        run_id = str(document.get("run_id", ""))
-        references = [c["reference"] for c in document.get("checkpoints", [])]
+    for stored_id, text in reversed(runs):
+        try:
+            document = parse_document(text, f"run {stored_id!r}")
+        except DataError as exc:  # one damaged run does not hide the others
+            rows.append(
+                f"<tr><td>{html.escape(stored_id)}</td><td colspan='6'>unreadable: "
+                f"{html.escape(str(exc))}</td></tr>"
+            )
+            continue
+        run_id = document.run_id
+        references = [entry.reference for entry in document.checkpoints]
         names = display_names(references)
-        verdicts = [c.get("verdict") for c in document.get("comparisons", [])]
-        tasks = ", ".join((document.get("settings") or {}).get("tasks") or {})
+        verdicts = [c.verdict.value for c in document.comparisons]
+        tasks = ", ".join(document.settings.tasks)
         link = f"/runs/{quote(run_id)}"
         rows.append(
             "<tr>"
             f"<td><a href='{html.escape(link)}'>{html.escape(run_id)}</a></td>"
-            f"<td>{html.escape(_when(document.get('created')))}</td>"
+            f"<td>{html.escape(_when(document.created))}</td>"
             f"<td>{html.escape(', '.join(names[r] for r in references))}</td>"
             f"<td>{html.escape(tasks)}</td>"
             f"<td class='r'>{verdicts.count('regression')}</td>"

@@ -18,7 +18,7 @@ document's comparisons; no number is recomputed.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -27,9 +27,11 @@ from rich.text import Text
 from evalsweep.report._numbers import finite as _finite
 from evalsweep.report._numbers import p_value as format_p
 from evalsweep.report._numbers import points as _points
+from evalsweep.report._schema import ResultDocument
 from evalsweep.report._table import MARKS, SHORT, display_names
-from evalsweep.stats import DEFAULT_ALPHA, label_noise_note
+from evalsweep.stats import DEFAULT_ALPHA, Comparison, Verdict, label_noise_note
 
+_MOVED = (Verdict.REGRESSION, Verdict.IMPROVEMENT)
 LineKind = Literal["legend", "regression", "improvement", "unchanged", "note"]
 STYLES: dict[str, str] = {
     "legend": "dim",
@@ -48,13 +50,13 @@ class SummaryLine:
     text: str
 
 
-def verdict_summary(document: Mapping[str, Any]) -> list[SummaryLine]:
+def verdict_summary(document: ResultDocument) -> list[SummaryLine]:
     """The summary of a result document's comparisons; empty when nothing was compared."""
-    comparisons = [c for c in document.get("comparisons", []) if c.get("verdict")]
+    comparisons = document.comparisons
     if not comparisons:
         return []
     names = _names(document, comparisons)
-    baseline = comparisons[0]["baseline"]
+    baseline = comparisons[0].baseline
     lines = [
         SummaryLine(
             "legend",
@@ -65,30 +67,30 @@ def verdict_summary(document: Mapping[str, Any]) -> list[SummaryLine]:
             f"Δ = candidate - baseline ({names.get(baseline, baseline)}), in points.",
         )
     ]
-    moved = [c for c in comparisons if c["verdict"] in ("regression", "improvement")]
+    moved = [c for c in comparisons if c.verdict in _MOVED]
     moved.sort(
         key=lambda c: (
-            c["verdict"] != "regression",
-            c.get("subject") is not None,
-            _number(c.get("p_adjusted"), 1.0),
+            c.verdict is not Verdict.REGRESSION,
+            c.subject is not None,
+            _number(c.p_adjusted, 1.0),
         )
     )
     for c in moved:
-        kind: LineKind = "regression" if c["verdict"] == "regression" else "improvement"
-        mark = MARKS[c["verdict"]][0]
+        kind: LineKind = "regression" if c.verdict is Verdict.REGRESSION else "improvement"
+        mark = MARKS[c.verdict.value][0]
         lines.append(
             SummaryLine(
                 kind,
-                f"{mark} {c['verdict']}: {names.get(c['candidate'], c['candidate'])} on "
-                f"{_where(c)}: Δ {_points(c['delta'])} points "
-                f"(95% CI {_points(c.get('ci_low'))} to {_points(c.get('ci_high'))}), "
-                f"adjusted p = {format_p(c.get('p_adjusted'))}, n = {c.get('n')}",
+                f"{mark} {c.verdict.value}: {names.get(c.candidate, c.candidate)} on "
+                f"{_where(c)}: Δ {_points(c.delta)} points "
+                f"(95% CI {_points(c.ci_low)} to {_points(c.ci_high)}), "
+                f"adjusted p = {format_p(c.p_adjusted)}, n = {c.n}",
             )
         )
-        noise = label_noise_note(c["task"], _number(c.get("delta"), math.inf))
+        noise = label_noise_note(c.task, _number(c.delta, math.inf))
         if noise:
             lines.append(SummaryLine("note", f"  note: {noise}"))
-    unchanged = [c for c in comparisons if c["verdict"] not in ("regression", "improvement")]
+    unchanged = [c for c in comparisons if c.verdict not in _MOVED]
     total = len(comparisons)
     if unchanged:
         detectable = _detectable(unchanged)
@@ -107,19 +109,19 @@ def verdict_summary(document: Mapping[str, Any]) -> list[SummaryLine]:
             )
         )
         for c in unchanged:
-            noise = label_noise_note(c["task"], _number(c.get("delta"), math.inf))
+            noise = label_noise_note(c.task, _number(c.delta, math.inf))
             if noise:
                 lines.append(
                     SummaryLine(
                         "note",
-                        f"note: {names.get(c['candidate'], c['candidate'])} on {_where(c)}, "
-                        f"Δ {_points(c['delta'])} points: {noise}",
+                        f"note: {names.get(c.candidate, c.candidate)} on {_where(c)}, "
+                        f"Δ {_points(c.delta)} points: {noise}",
                     )
                 )
     return lines
 
 
-def render_summary(document: Mapping[str, Any]) -> Text:
+def render_summary(document: ResultDocument) -> Text:
     """The summary for a terminal: one styled line each (data shown as written, never markup)."""
     text = Text()
     for index, line in enumerate(verdict_summary(document)):
@@ -129,34 +131,34 @@ def render_summary(document: Mapping[str, Any]) -> Text:
     return text
 
 
-def summary_text(document: Mapping[str, Any]) -> str:
+def summary_text(document: ResultDocument) -> str:
     """The summary as plain text lines (chat, logs)."""
     return "".join(line.text + "\n" for line in verdict_summary(document))
 
 
-def _names(document: Mapping[str, Any], comparisons: Sequence[Mapping[str, Any]]) -> dict[str, str]:
+def _names(document: ResultDocument, comparisons: Sequence[Comparison]) -> dict[str, str]:
     """The table's short checkpoint labels, so the words name checkpoints as the table does."""
-    listed = [r["checkpoint"] for r in document.get("results", []) if r.get("level") == "task"]
+    listed = [r.checkpoint for r in document.results if r.level == "task"]
     references = list(dict.fromkeys(listed))
     for c in comparisons:
-        for reference in (c["baseline"], c["candidate"]):
+        for reference in (c.baseline, c.candidate):
             if reference not in references:
                 references.append(reference)
     return display_names(references)
 
 
-def _where(c: Mapping[str, Any]) -> str:
-    subject = f" / {c['subject']}" if c.get("subject") else ""
-    return f"{c['task']}{subject} ({SHORT.get(c['metric'], c['metric'])})"
+def _where(c: Comparison) -> str:
+    subject = f" / {c.subject}" if c.subject else ""
+    return f"{c.task}{subject} ({SHORT.get(c.metric, c.metric)})"
 
 
-def _detectable(rows: Sequence[Mapping[str, Any]]) -> str:
+def _detectable(rows: Sequence[Comparison]) -> str:
     """MDE per headline (task, metric), and per task over its subjects, as ranges in points."""
     groups: dict[str, list[float]] = {}
     for c in rows:
-        metric = SHORT.get(c["metric"], c["metric"])
-        key = f"{c['task']} ({metric})" if not c.get("subject") else f"{c['task']} subjects"
-        groups.setdefault(key, []).append(_number(c.get("mde"), math.nan))
+        metric = SHORT.get(c.metric, c.metric)
+        key = f"{c.task} ({metric})" if not c.subject else f"{c.task} subjects"
+        groups.setdefault(key, []).append(_number(c.mde, math.nan))
     parts = []
     for key, values in groups.items():
         seen = [v for v in values if math.isfinite(v) and v > 0]

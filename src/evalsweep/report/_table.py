@@ -11,12 +11,14 @@ escaped, in headers), so a name like ``run[v2]`` shows as written.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Sequence
 
 from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
+
+from evalsweep.report._schema import ResultRow
+from evalsweep.stats import Comparison
 
 SHORT = {
     "exact_match,strict-match": "exact_match (strict)",
@@ -43,26 +45,22 @@ def display_names(references: Sequence[str]) -> dict[str, str]:
 
 
 def render_table(
-    results: Sequence[Mapping[str, Any]],
-    comparisons: Sequence[Mapping[str, Any]] = (),
+    results: Sequence[ResultRow],
+    comparisons: Sequence[Comparison] = (),
     title: str = "evalsweep results",
 ) -> Table:
     """Build the rich table from the result document's ``results`` and ``comparisons``."""
-    headline = [r for r in results if r["level"] == "task"]
-    columns = list(dict.fromkeys((r["task"], r["metric"]) for r in headline))
-    checkpoints = list(dict.fromkeys(r["checkpoint"] for r in headline))
-    cells = {(r["checkpoint"], r["task"], r["metric"]): r for r in headline}
-    verdicts = {
-        (c["candidate"], c["task"], c["metric"]): c for c in comparisons if c.get("subject") is None
-    }
-    baseline = comparisons[0]["baseline"] if comparisons else None
+    headline = [r for r in results if r.level == "task"]
+    columns = list(dict.fromkeys((r.task, r.metric) for r in headline))
+    checkpoints = list(dict.fromkeys(r.checkpoint for r in headline))
+    cells = {(r.checkpoint, r.task, r.metric): r for r in headline}
+    verdicts = {(c.candidate, c.task, c.metric): c for c in comparisons if c.subject is None}
+    baseline = comparisons[0].baseline if comparisons else None
     names = display_names(checkpoints)
     table = Table(title=title, title_justify="left")
     table.add_column("checkpoint", style="bold", overflow="fold")
     for task, metric in columns:
-        n = next(
-            (cells[(c, task, metric)]["n"] for c in checkpoints if (c, task, metric) in cells), 0
-        )
+        n = next((cells[(c, task, metric)].n for c in checkpoints if (c, task, metric) in cells), 0)
         header = escape(f"{task}\n{SHORT.get(metric, metric)}\nn={n}")
         table.add_column(header, justify="right", overflow="fold")
     for checkpoint in checkpoints:
@@ -75,15 +73,15 @@ def render_table(
     return table
 
 
-def _cell(cell: Mapping[str, Any] | None, comparison: Mapping[str, Any] | None) -> Text:
+def _cell(cell: ResultRow | None, comparison: Comparison | None) -> Text:
     if cell is None:
         return Text("—", style="dim")
-    text = Text(_fmt(cell["value"]))
-    if cell.get("stderr") is not None:
-        text.append(f" ± {_fmt(cell['stderr'])}", style="dim")
+    text = Text(_fmt(cell.value))
+    if cell.stderr is not None:
+        text.append(f" ± {_fmt(cell.stderr)}", style="dim")
     if comparison is not None:
-        mark, style = MARKS.get(comparison["verdict"], ("?", ""))
-        text.append(f"\nΔ {comparison['delta']:+.3f} {mark}", style=style)
+        mark, style = MARKS.get(comparison.verdict.value, ("?", ""))
+        text.append(f"\nΔ {comparison.delta:+.3f} {mark}", style=style)
     return text
 
 
@@ -94,21 +92,19 @@ def _fmt(value: float | None) -> str:
 
 
 def render_subject_table(
-    results: Sequence[Mapping[str, Any]], comparisons: Sequence[Mapping[str, Any]] = ()
+    results: Sequence[ResultRow], comparisons: Sequence[Comparison] = ()
 ) -> Table:
     """MMLU per subject: one row per subject, one column per checkpoint; significant rows first."""
-    subject_rows = [r for r in results if r["level"] == "subject"]
-    checkpoints = list(dict.fromkeys(r["checkpoint"] for r in subject_rows))
-    cells = {(r["checkpoint"], r["task"], r["group"]): r for r in subject_rows}
-    verdicts = {
-        (c["candidate"], c["task"], c["subject"]): c for c in comparisons if c.get("subject")
-    }
-    keys = list(dict.fromkeys((r["task"], r["group"]) for r in subject_rows))
+    subject_rows = [r for r in results if r.level == "subject"]
+    checkpoints = list(dict.fromkeys(r.checkpoint for r in subject_rows))
+    cells = {(r.checkpoint, r.task, r.group or ""): r for r in subject_rows}
+    verdicts = {(c.candidate, c.task, c.subject): c for c in comparisons if c.subject}
+    keys = list(dict.fromkeys((r.task, r.group or "") for r in subject_rows))
 
     def significance(key: tuple[str, str]) -> tuple[int, float]:
         found = [verdicts[(c, *key)] for c in checkpoints if (c, *key) in verdicts]
-        moved = any(v["verdict"] != "no significant change" for v in found)
-        p_min = min((v["p_adjusted"] for v in found), default=1.0)
+        moved = any(v.verdict.value != "no significant change" for v in found)
+        p_min = min((v.p_adjusted for v in found), default=1.0)
         return (0 if moved else 1, p_min)
 
     keys.sort(key=significance)

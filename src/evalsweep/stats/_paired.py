@@ -12,15 +12,21 @@ questions up and a paired bootstrap percentile CI below; and the MDE.
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 from typing import Literal
 
 import numpy as np
 import numpy.typing as npt
-from scipy.stats import binom, binomtest, norm
 
 from evalsweep.errors import ComparisonError
+from evalsweep.stats._distributions import (
+    binom_cdf,
+    binom_pmf,
+    binomtest_two_sided,
+    normal_quantile,
+)
 from evalsweep.stats._power import minimum_detectable_effect
 from evalsweep.stats._validate import Scores, as_scores, is_binary
 
@@ -74,8 +80,8 @@ def _mcnemar_p(worse: int, better: int, mid_p: bool) -> float:
         return 1.0
     if mid_p:
         k = min(worse, better)
-        return float(min(1.0, 2.0 * binom.cdf(k, total, 0.5) - binom.pmf(k, total, 0.5)))
-    return float(binomtest(better, total, 0.5).pvalue)
+        return float(min(1.0, 2.0 * binom_cdf(k, total) - binom_pmf(k, total)))
+    return binomtest_two_sided(better, total)
 
 
 def _sign_flip_p(
@@ -109,17 +115,46 @@ def _sign_flip_p(
     return (1.0 + hits) / (permutations + 1.0), False
 
 
+@functools.lru_cache(maxsize=1)
+def _resampled_indices(seed: int, n: int, resamples: int) -> tuple[npt.NDArray[np.int64], ...]:
+    """The bootstrap's question indices, in chunks of at most ``_CHUNK_CELLS`` cells.
+
+    They depend only on (seed, n, resamples), not on the scores, so every candidate
+    compared on the same questions resamples the very same indices; the last set is
+    kept (read-only), and ``compare_sweep`` asks for equal sizes one after another.
+    """
+    rng = np.random.default_rng(seed)
+    rows = max(1, _CHUNK_CELLS // n)
+    chunks = []
+    for start in range(0, resamples, rows):
+        picked = rng.integers(0, n, size=(min(rows, resamples - start), n))
+        picked.flags.writeable = False
+        chunks.append(picked)
+    return tuple(chunks)
+
+
 def _bootstrap_ci(
     diffs: FloatArray, *, confidence: float, resamples: int, seed: int
 ) -> tuple[float, float]:
-    """Percentile CI of mean(d) over resampled question indices (same indices for A and B)."""
-    rng = np.random.default_rng(seed)
+    """Percentile CI of mean(d) over resampled question indices (same indices for A and B).
+
+    When every difference is -1, 0 or 1 (0/1 scores), each resample's sum is added up
+    as small integers, which is exact; a float mean of such values is exact too (every
+    partial sum is an integer below 2^53), so ``sum / n`` is the very float
+    ``diffs[idx].mean()`` gives, from the same seeded indices, several times faster.
+    """
     n = diffs.size
     rows = max(1, _CHUNK_CELLS // n)
     means = np.empty(resamples)
-    for start in range(0, resamples, rows):
-        count = min(rows, resamples - start)
-        means[start : start + count] = diffs[rng.integers(0, n, size=(count, n))].mean(axis=1)
+    small = diffs.astype(np.int8) if np.all(np.isin(diffs, (-1.0, 0.0, 1.0))) else None
+    for start, picked in zip(
+        range(0, resamples, rows), _resampled_indices(seed, n, resamples), strict=True
+    ):
+        count = picked.shape[0]
+        if small is not None:
+            means[start : start + count] = small[picked].sum(axis=1, dtype=np.int64) / n
+        else:
+            means[start : start + count] = diffs[picked].mean(axis=1)
     tail = (1.0 - confidence) / 2.0
     low, high = np.quantile(means, [tail, 1.0 - tail])
     return float(low), float(high)
@@ -200,7 +235,7 @@ def paired_compare(
     var_d = _sample_variance(diffs)
     se = math.sqrt(var_d / n)
     if n >= small_n:
-        z = float(norm.ppf(0.5 + confidence / 2.0))
+        z = normal_quantile(0.5 + confidence / 2.0)
         ci_low, ci_high, ci_method = delta - z * se, delta + z * se, "normal"
     else:
         ci_low, ci_high = _bootstrap_ci(

@@ -10,16 +10,19 @@ table is built from. Defaults: two-sided alpha = .05, power = .80.
 
 from __future__ import annotations
 
+import functools
 import math
 
 from scipy.optimize import brentq
-from scipy.stats import norm
+
+from evalsweep.stats._distributions import normal_quantile
 
 
+@functools.lru_cache(maxsize=256)  # a sweep asks for a few (alpha, power) pairs many times
 def _z_sum(alpha: float, power: float) -> tuple[float, float]:
     if not 0.0 < alpha < 1.0 or not 0.0 < power < 1.0:
         raise ValueError(f"alpha and power must lie in (0, 1), got {alpha} and {power}")
-    return float(norm.ppf(1.0 - alpha / 2.0)), float(norm.ppf(power))
+    return normal_quantile(1.0 - alpha / 2.0), normal_quantile(power)
 
 
 def _variance(omega2: float, sigma2_a: float, sigma2_b: float, k_a: int, k_b: int) -> float:

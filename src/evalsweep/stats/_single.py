@@ -17,7 +17,6 @@ from dataclasses import dataclass
 from typing import Literal
 
 import numpy as np
-from scipy.stats import binomtest, t
 
 from evalsweep.errors import ComparisonError
 from evalsweep.stats._validate import Scores, as_scores, is_binary
@@ -75,6 +74,8 @@ def summarize_scores(
     Raises:
         ComparisonError: fewer than 2 scores, scores outside [0, 1], or bad clusters.
     """
+    from scipy.stats import binomtest, t  # here: importing scipy.stats costs a second
+
     values = as_scores(scores, "score")
     n = values.size
     if n < 2:

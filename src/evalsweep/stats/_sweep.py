@@ -230,12 +230,27 @@ def compare_sweep(
     """
     pairs = _pair_up(score_sets, baseline, scope)
     sizes = Counter(pair.family for pair in pairs)
-    results = [
-        _compare_row(
-            pair, alpha=alpha / sizes[pair.family], confidence=confidence, power=power, seed=seed
-        )
-        for pair in pairs
-    ]
+    # Each row is computed on its own (its own seeded resampling), so the order is free:
+    # rows on equally many questions go one after another and share their bootstrap indices.
+    by_size = sorted(range(len(pairs)), key=lambda i: len(pairs[i].baseline.scores))
+    computed: dict[int, PairedComparison | ComparisonError] = {}
+    for i in by_size:
+        try:
+            computed[i] = _compare_row(
+                pairs[i],
+                alpha=alpha / sizes[pairs[i].family],
+                confidence=confidence,
+                power=power,
+                seed=seed,
+            )
+        except ComparisonError as exc:  # raised below in row order, as one at a time would
+            computed[i] = exc
+    results = []
+    for i in range(len(pairs)):
+        found = computed[i]
+        if isinstance(found, ComparisonError):
+            raise found
+        results.append(found)
 
     members: defaultdict[Family, list[int]] = defaultdict(list)
     for index, pair in enumerate(pairs):

@@ -7,13 +7,20 @@ without ever handing one model's answers to another.
 """
 
 from evalsweep.store._migrations import Component
-from evalsweep.store._sqlite import SCHEMA_VERSION, SampleRecord, Store, default_store_path
+from evalsweep.store._sqlite import (
+    SCHEMA_VERSION,
+    SampleRecord,
+    ScoreRecord,
+    Store,
+    default_store_path,
+)
 from evalsweep.store.provenance import environment, settings_key
 
 __all__ = [
     "SCHEMA_VERSION",
     "Component",
     "SampleRecord",
+    "ScoreRecord",
     "Store",
     "default_store_path",
     "environment",

@@ -15,15 +15,16 @@ import time
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from evalsweep.errors import StoreError
 from evalsweep.store._migrations import COMPONENTS_TABLE, Component, ensure_component
 
 #: Version of the results tables (``samples``, ``keys``, ``runs``, ``audit``, ``components``).
 #: 1: the first release; 2: ``components`` records the versions of other packages' tables;
-#: 3: a row's requests keep each distinct context once (``_pack_requests``).
-SCHEMA_VERSION = 3
+#: 3: a row's requests keep each distinct context once (``_pack_requests``);
+#: 4: an index holding what statistics read of each row (``SCORES_INDEX``).
+SCHEMA_VERSION = 4
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS samples (
     checkpoint   TEXT NOT NULL,
@@ -69,11 +70,17 @@ CREATE TABLE IF NOT EXISTS audit (
 );
 """
 
+#: What :meth:`Store.scores` reads, in the order it asks, so ``compare`` reads this
+#: index alone: a row's bytes are mostly its requests, which the statistics never need.
+SCORES_INDEX = (
+    "CREATE INDEX IF NOT EXISTS samples_scores ON samples "
+    "(checkpoint, task, backend, settings, doc_key, doc_id, subject, correct, metrics)"
+)
 STORE_TABLES = Component(
     name="store",
     version=SCHEMA_VERSION,
-    create=[*(s.strip() for s in SCHEMA.split(";") if s.strip()), COMPONENTS_TABLE],
-    steps={1: [COMPONENTS_TABLE], 2: lambda conn: _compact_requests(conn)},
+    create=[*(s.strip() for s in SCHEMA.split(";") if s.strip()), COMPONENTS_TABLE, SCORES_INDEX],
+    steps={1: [COMPONENTS_TABLE], 2: lambda conn: _compact_requests(conn), 3: [SCORES_INDEX]},
 )
 
 
@@ -106,6 +113,22 @@ class SampleRecord:
     metrics: dict[str, float]
     details: dict[str, Any]
     document: dict[str, Any]
+
+
+class ScoreRecord(NamedTuple):
+    """What statistics read of a stored row: which document, and its scores.
+
+    Read by :meth:`Store.scores` from five small columns, without decoding a row's
+    requests, responses, details or document (most of a row's bytes). A named tuple:
+    tens of thousands are made per compare, and a tuple is made several times faster
+    than a frozen dataclass.
+    """
+
+    doc_key: str
+    doc_id: int
+    subject: str | None
+    correct: bool
+    metrics: dict[str, float]
 
 
 class Store:
@@ -251,16 +274,39 @@ class Store:
         for row in self._conn.execute(query + " ORDER BY task, doc_key", args):
             yield _record(row)
 
-    def save_run(self, run_id: str, document: dict[str, Any]) -> None:
+    def scores(self, checkpoint: str, task: str, backend: str, settings: str) -> list[ScoreRecord]:
+        """The rows :meth:`records` gives for these keys, as :class:`ScoreRecord` only.
+
+        Rows whose metrics are the same text share one decoded dict: read it, never change it.
+        """
+        cursor = self._conn.execute(
+            "SELECT doc_key, doc_id, subject, correct, metrics FROM samples WHERE checkpoint = ? "
+            "AND task = ? AND backend = ? AND settings = ? ORDER BY task, doc_key",
+            (checkpoint, task, backend, settings),
+        )
+        decoded: dict[str, dict[str, float]] = {}  # most rows hold one of a few metric texts
+        records = []
+        for doc_key, doc_id, subject, correct, text in cursor:
+            metrics = decoded.get(text)
+            if metrics is None:
+                metrics = decoded[text] = json.loads(text)
+            records.append(ScoreRecord(doc_key, doc_id, subject, bool(correct), metrics))
+        return records
+
+    def save_run(self, run_id: str, document: str) -> None:
+        """Keep a run's result document, as JSON text (``evalsweep.report.document_json``)."""
         with self._conn:
             self._conn.execute(
-                "INSERT OR REPLACE INTO runs VALUES (?, ?, ?)",
-                (run_id, time.time(), json.dumps(document, default=str)),
+                "INSERT OR REPLACE INTO runs VALUES (?, ?, ?)", (run_id, time.time(), document)
             )
 
-    def runs(self) -> list[dict[str, Any]]:
-        cursor = self._conn.execute("SELECT document FROM runs ORDER BY created")
-        return [json.loads(row[0]) for row in cursor]
+    def runs(self) -> list[tuple[str, str]]:
+        """Every stored run as (run id, its result document's JSON text), oldest first.
+
+        The text is read back by ``evalsweep.report.parse_document``.
+        """
+        cursor = self._conn.execute("SELECT run_id, document FROM runs ORDER BY created")
+        return [(str(row[0]), str(row[1])) for row in cursor]
 
     def ensure_component(self, component: Component) -> None:
         """Create or upgrade another package's tables in this file (see ``_migrations``).
@@ -348,11 +394,12 @@ class Store:
             entries.append(entry)
         return entries
 
-    def load_run(self, run_id: str) -> dict[str, Any]:
+    def load_run(self, run_id: str) -> str:
+        """A run's result document as JSON text (read by ``evalsweep.report.parse_document``)."""
         row = self._conn.execute("SELECT document FROM runs WHERE run_id = ?", (run_id,)).fetchone()
         if row is None:
             raise StoreError(f"no run {run_id!r} in {self.path}")
-        return dict(json.loads(row[0]))
+        return str(row[0])
 
 
 _TEXT_COLUMNS = (
