@@ -65,6 +65,7 @@ class Option:
         minimum: the smallest value (numbers only), on the command line, in a written
             argv and from an agent alike.
         maximum: the largest value (numbers only), likewise. A float is also finite.
+        agent_maximum: a lower ceiling for an agent's value (what one quote may ask).
     """
 
     name: str
@@ -79,6 +80,7 @@ class Option:
     agent_help: str = ""
     minimum: float | None = None
     maximum: float | None = None
+    agent_maximum: float | None = None
     short: str | None = None
     envvar: str | None = None
     show_default: bool = False
@@ -114,7 +116,7 @@ OPTIONS: tuple[Option, ...] = (
        "spec", agent="limit", minimum=1,
        agent_help="Only the first N documents of each task (a small trial)"),
     _o("num_fewshot", "--num-fewshot", "int", None, "Few-shot examples (default: the "
-       "task's, 5).", "spec", agent="num_fewshot", minimum=0, maximum=100,
+       "task's, 5).", "spec", agent="num_fewshot", minimum=0, agent_maximum=100,
        agent_help="Few-shot examples per prompt (default: each task's own)"),
     _o("backend", "--backend", "text", "hf", "Model backend: hf (transformers), vllm (in "
        "process) or openai (a server's /v1 API).", "spec", show_default=True),
@@ -243,38 +245,30 @@ def tasks_value(names: Sequence[str]) -> str:
     for index, name in enumerate(names):
         if "\x00" in name or task_list(name) != [name]:
             raise ConfigError(
-                f"tasks[{index}] cannot be named on a command line as it is (a comma, a NUL, "
-                "blank, or white space at an end); rename the task file"
+                f"tasks[{index}]: cannot be written as evalsweep run arguments that read back "
+                "the same (a comma, a NUL, blank, or white space at an end); rename the task file"
             )
     return ",".join(names)
 
 
-def number_problem(option: Option, value: Any) -> str | None:
+def number_problem(option: Option, value: Any, *, agent: bool = False) -> str | None:
     """What is wrong with ``value`` for the number option ``option`` (its declared bounds,
     and a float is finite), or ``None``. The one check the command line, a written argv
-    and an agent's arguments share."""
+    and an agent's arguments share; ``agent``: an agent's bounds (``agent_maximum`` too),
+    worded for an agent."""
     if value is None or option.kind not in ("int", "float"):
         return None
     if option.kind == "float" and not math.isfinite(value):
         return "must be a finite number"
-    low, high = option.minimum, option.maximum
+    low = option.minimum
+    high = option.agent_maximum if agent and option.agent_maximum is not None else option.maximum
     if (low is not None and value < low) or (high is not None and value > high):
         if high is None:
-            return f"must be {low:g} or more"
+            return f"must be {low:g} or more" if agent else f"must be at least {low:g}, got {value}"
         if low is None:
             return f"must be {high:g} or less"
-        return f"must be between {low:g} and {high:g}"
+        return f"must be between {low:g} and {high:g}" + ("" if agent else f", got {value}")
     return None
-
-
-def _bounded(option: Option) -> Callable[[Any, Any, Any], Any]:
-    def check(_context: Any, _parameter: Any, value: Any) -> Any:
-        problem = number_problem(option, value)
-        if problem:
-            raise click.BadParameter(problem)
-        return value
-
-    return check
 
 
 def _written(option: Option, value: Any) -> list[str]:
@@ -330,8 +324,6 @@ def _click_option(option: Option) -> Callable[[Any], Any]:
         "folder": click.Path(file_okay=False, path_type=Path),
         "file": click.Path(dir_okay=False, path_type=Path),
     }
-    if option.kind in ("int", "float"):
-        settings["callback"] = _bounded(option)
     return click.option(*names, option.name, type=kinds[option.kind], default=option.default,
                         **settings)  # fmt: skip
 
@@ -399,6 +391,7 @@ def build_spec(checkpoints: Sequence[str], values: Mapping[str, Any]) -> SweepSp
     """The spec of parsed ``values`` (names of :data:`OPTIONS`; absent ones take their default).
 
     Raises:
+        ConfigError: a number outside its option's bounds, or not finite.
         TaskError: chat-template options that contradict each other, or code-task
             sampling no task accepts.
     """
@@ -409,6 +402,9 @@ def build_spec(checkpoints: Sequence[str], values: Mapping[str, Any]) -> SweepSp
     for each in OPTIONS:
         if each.lands in parts:
             value = values.get(each.name, each.default)
+            problem = number_problem(each, value)
+            if problem:
+                raise ConfigError(f"{each.flag} {problem}")
             if each.kind in ("folder", "file") and value is not None:
                 value = str(value)
             parts[each.lands][each.attribute] = value

@@ -63,7 +63,7 @@ def check_bounds(values: Mapping[str, Any]) -> None:
     """Refuse an agent's number outside the bounds its option declares (named, not echoed);
     the same check as the command line's (:func:`evalsweep.options.number_problem`)."""
     for each in agent_options():
-        problem = number_problem(each, values.get(each.agent or ""))
+        problem = number_problem(each, values.get(each.agent or ""), agent=True)
         if problem:
             raise InputError(f"{each.agent} {problem}")
 
