@@ -90,7 +90,9 @@ def refuse_unknown_arguments(server: MCPServer, name: str) -> None:
         raise RuntimeError(f"tool {name} is not registered")
     base = registered.fn_metadata.arg_model
     config = ConfigDict(**{**base.model_config, "extra": "forbid"})
-    closed = type(base.__name__, (base,), {"model_config": config, "__module__": base.__module__})
+    closed: Any = type(
+        base.__name__, (base,), {"model_config": config, "__module__": base.__module__}
+    )
     registered.fn_metadata.arg_model = closed
     registered.parameters = closed.model_json_schema(by_alias=True)
 
