@@ -51,7 +51,7 @@ async def test_stdio_sweep_survives_restart_and_never_shows_the_canary(
 ) -> None:
     canary = "canary-" + secrets.token_hex(12)
     subprocess.run(
-        [sys.executable, "-m", "evalsweep", "secrets", "set", "EVALSWEEP_CANARY"],
+        [sys.executable, "-m", "evalsweep", "secrets", "set", "CANARY_TOKEN"],
         input=canary + "\n", text=True, env=server_env, check=True, capture_output=True,
     )  # fmt: skip
     params = StdioServerParameters(
@@ -66,7 +66,7 @@ async def test_stdio_sweep_survives_restart_and_never_shows_the_canary(
         targets = payload(await client.call_tool("list_targets", {}), seen)["targets"]
         assert [(t["name"], t["hourly_rate"]) for t in targets] == [("local", 0.0)]
         names = payload(await client.call_tool("list_secrets", {}), seen)["names"]
-        assert names == ["EVALSWEEP_CANARY"]
+        assert names == ["CANARY_TOKEN"]
         # Something echoes the secret back (here, a reference): the tool output is redacted.
         echoed = await client.call_tool(
             "quote_sweep", {"checkpoints": [f"/nowhere/{canary}"], "tasks": [TASK]}

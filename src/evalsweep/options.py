@@ -20,6 +20,7 @@ when it starts.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -61,8 +62,10 @@ class Option:
         travels: it changes the work, so a remote run or a job gets it.
         agent: the MCP ``quote_sweep`` parameter that sets it; ``None``: agents cannot.
         agent_help: that parameter's description.
-        minimum: the smallest value an agent may send (numbers only).
-        maximum: the largest value an agent may send (numbers only).
+        minimum: the smallest value (numbers only), on the command line, in a written
+            argv and from an agent alike.
+        maximum: the largest value (numbers only), likewise. A float is also finite.
+        agent_maximum: a lower ceiling for an agent's value (what one quote may ask).
     """
 
     name: str
@@ -77,6 +80,7 @@ class Option:
     agent_help: str = ""
     minimum: float | None = None
     maximum: float | None = None
+    agent_maximum: float | None = None
     short: str | None = None
     envvar: str | None = None
     show_default: bool = False
@@ -112,7 +116,7 @@ OPTIONS: tuple[Option, ...] = (
        "spec", agent="limit", minimum=1,
        agent_help="Only the first N documents of each task (a small trial)"),
     _o("num_fewshot", "--num-fewshot", "int", None, "Few-shot examples (default: the "
-       "task's, 5).", "spec", agent="num_fewshot", minimum=0, maximum=100,
+       "task's, 5).", "spec", agent="num_fewshot", minimum=0, agent_maximum=100,
        agent_help="Few-shot examples per prompt (default: each task's own)"),
     _o("backend", "--backend", "text", "hf", "Model backend: hf (transformers), vllm (in "
        "process) or openai (a server's /v1 API).", "spec", show_default=True),
@@ -126,16 +130,17 @@ OPTIONS: tuple[Option, ...] = (
     _o("trust_remote_code", "--trust-remote-code", "flag", False,
        "Allow checkpoints with custom code.", "backend"),
     _o("max_length", "--max-length", "int", None, "Context length (vLLM: max_model_len).",
-       "backend"),
+       "backend", minimum=1),
     _o("prefix_reuse", "--prefix-reuse", "switch", True, "hf: compute a few-shot prefix "
        "shared by many prompts once (the same answers, faster).",
        "backend", show_default=True),
     _o("tensor_parallel_size", "--tensor-parallel-size", "int", 1, "vllm: GPUs per model.",
-       "backend", show_default=True),
+       "backend", show_default=True, minimum=1),
     _o("data_parallel_size", "--data-parallel-size", "int", 1, "vllm: model replicas.",
-       "backend", show_default=True),
+       "backend", show_default=True, minimum=1),
     _o("gpu_memory_utilization", "--gpu-memory-utilization", "float", None, "vllm: share of "
-       "GPU memory it may take (on its CPU build, of host memory).", "backend"),
+       "GPU memory it may take (on its CPU build, of host memory).", "backend", minimum=0.0,
+       maximum=1.0),
     _o("enforce_eager", "--enforce-eager", "flag", False, "vllm: skip graph compilation "
        "(faster start).", "backend"),
     _o("base_url", "--base-url", "text", None, "openai: the server's API root, e.g. "
@@ -145,11 +150,11 @@ OPTIONS: tuple[Option, ...] = (
     _o("api_key_env", "--api-key-env", "text", None, "openai: environment variable holding "
        "the API key.", "backend"),
     _o("concurrency", "--concurrency", "int", 8, "openai: calls in flight.", "backend",
-       show_default=True),
+       show_default=True, minimum=1),
     _o("max_retries", "--max-retries", "int", 5, "openai: retries of a failed call.",
-       "backend", show_default=True),
+       "backend", show_default=True, minimum=0),
     _o("timeout", "--request-timeout", "float", 300.0, "openai: seconds one call may take.",
-       "backend", show_default=True),
+       "backend", show_default=True, minimum=0.0),
     _o("apply_chat_template", "--apply-chat-template", "flag", False, "Render prompts with "
        "each checkpoint's chat template (as lm-eval's).", "chat"),
     _o("fewshot_as_multiturn", "--fewshot-as-multiturn", "switch", None, "Few-shot examples "
@@ -162,9 +167,9 @@ OPTIONS: tuple[Option, ...] = (
        "presentation"),
     _o("samples_per_problem", "--samples-per-problem", "int", 1, "Code tasks (humaneval, "
        "mbpp): completions per problem, for pass@k.", "code", field="samples",
-       show_default=True),
+       show_default=True, minimum=1),
     _o("temperature", "--temperature", "float", 0.0, "Code tasks: sampling temperature "
-       "(needed when sampling several completions).", "code", show_default=True),
+       "(needed when sampling several completions).", "code", show_default=True, minimum=0.0),
     _o("ks", "--k", "ks", (1, 10, 100), "Code tasks: pass@k values.", "code",
        show_default=True),
     _o("baseline", "--baseline", "text", None, "Checkpoint the others are compared with "
@@ -228,6 +233,44 @@ def task_list(tasks: str) -> list[str]:
     return [t.strip() for t in tasks.split(",") if t.strip()]
 
 
+def tasks_value(names: Sequence[str]) -> str:
+    """Task names (or task-file paths) as one ``--tasks`` value that :func:`task_list`
+    reads back as exactly these names, or a one-line error naming the entry.
+
+    Raises:
+        ConfigError: an entry holding a comma or NUL, blank, or with white space (any
+            Unicode space or line separator) at either end: read back it would be
+            another task, or several.
+    """
+    for index, name in enumerate(names):
+        if "\x00" in name or task_list(name) != [name]:
+            raise ConfigError(
+                f"tasks[{index}]: cannot be written as evalsweep run arguments that read back "
+                "the same (a comma, a NUL, blank, or white space at an end); rename the task file"
+            )
+    return ",".join(names)
+
+
+def number_problem(option: Option, value: Any, *, agent: bool = False) -> str | None:
+    """What is wrong with ``value`` for the number option ``option`` (its declared bounds,
+    and a float is finite), or ``None``. The one check the command line, a written argv
+    and an agent's arguments share; ``agent``: an agent's bounds (``agent_maximum`` too),
+    worded for an agent."""
+    if value is None or option.kind not in ("int", "float"):
+        return None
+    if option.kind == "float" and not math.isfinite(value):
+        return "must be a finite number"
+    low = option.minimum
+    high = option.agent_maximum if agent and option.agent_maximum is not None else option.maximum
+    if (low is not None and value < low) or (high is not None and value > high):
+        if high is None:
+            return f"must be {low:g} or more" if agent else f"must be at least {low:g}, got {value}"
+        if low is None:
+            return f"must be {high:g} or less"
+        return f"must be between {low:g} and {high:g}" + ("" if agent else f", got {value}")
+    return None
+
+
 def _written(option: Option, value: Any) -> list[str]:
     """``option`` with ``value`` as command-line words; nothing for its default."""
     if option.kind == "flag":
@@ -236,7 +279,7 @@ def _written(option: Option, value: Any) -> list[str]:
         if value is None or value == option.default:
             return []
         return [option.flag if value else option.negative]
-    if value is None or value == option.default:
+    if value is None or _same(value, option.default):
         return []
     if option.kind == "ks":
         return [option.flag, ",".join(str(k) for k in value)]
@@ -348,6 +391,7 @@ def build_spec(checkpoints: Sequence[str], values: Mapping[str, Any]) -> SweepSp
     """The spec of parsed ``values`` (names of :data:`OPTIONS`; absent ones take their default).
 
     Raises:
+        ConfigError: a number outside its option's bounds, or not finite.
         TaskError: chat-template options that contradict each other, or code-task
             sampling no task accepts.
     """
@@ -358,6 +402,9 @@ def build_spec(checkpoints: Sequence[str], values: Mapping[str, Any]) -> SweepSp
     for each in OPTIONS:
         if each.lands in parts:
             value = values.get(each.name, each.default)
+            problem = number_problem(each, value)
+            if problem:
+                raise ConfigError(f"{each.flag} {problem}")
             if each.kind in ("folder", "file") and value is not None:
                 value = str(value)
             parts[each.lands][each.attribute] = value
@@ -434,21 +481,39 @@ def to_argv(spec: SweepSpec, *, baseline: str | None = None) -> list[str]:
     values["baseline"] = baseline
     argv: list[str] = []
     for each in OPTIONS:
-        if each.travels:
-            if each.name == "tasks":
-                argv += [each.flag, ",".join(values["tasks"])]
-            else:
-                argv += _written(each, values[each.name])
+        if not each.travels:
+            continue
+        if each.name == "tasks":
+            argv += [each.flag, tasks_value(values["tasks"])]
+            continue
+        problem = number_problem(each, values[each.name])
+        words = _written(each, values[each.name])
+        if problem is None and any("\x00" in word for word in words):
+            problem = "holds a NUL, which no command line can carry"
+        if problem:
+            raise ConfigError(f"{each.flag} {problem}: this sweep cannot run as a command")
+        argv += words
+    for index, reference in enumerate(spec.checkpoints):
+        if not reference or "\x00" in reference:
+            raise ConfigError(f"checkpoints[{index}] is empty or holds a NUL")
     argv += ["--", *spec.checkpoints]
-    # Exact or not used: the words must read back as this sweep (a task file whose name
-    # holds a comma, say, would not), or no command runs elsewhere.
+    # Exact or not used: the words must read back as this sweep, or no command runs
+    # elsewhere; the error names what would change.
     read = from_argv(argv)
-    if spec_values(read.spec) != spec_values(spec):
-        raise ConfigError(
-            f"tasks {list(values['tasks'])!r}: cannot be written as evalsweep run arguments "
-            "that read back the same (a comma or a blank name?)"
-        )
+    again = spec_values(read.spec)
+    again["baseline"] = read.baseline
+    changed = [name for name, value in values.items() if not _same(again.get(name), value)]
+    if changed or list(read.spec.checkpoints) != list(spec.checkpoints):
+        named = ", ".join(BY_NAME[name].flag for name in changed) or "the checkpoints"
+        raise ConfigError(f"{named}: written as evalsweep run arguments, reads back otherwise")
     return argv
+
+
+def _same(a: Any, b: Any) -> bool:
+    """Equal, and for floats the same float (``-0.0`` is not ``0.0`` in a sampler's key)."""
+    if isinstance(a, float) and isinstance(b, float):
+        return a == b and math.copysign(1.0, a) == math.copysign(1.0, b)
+    return bool(a == b)
 
 
 def from_argv(argv: Sequence[str]) -> RunArguments:
@@ -464,6 +529,28 @@ def from_argv(argv: Sequence[str]) -> RunArguments:
     values = dict(context.params)
     spec = build_spec(values.pop("checkpoints"), values)
     return RunArguments(spec, values.get("baseline"))
+
+
+def environment_names() -> tuple[str, ...]:
+    """The environment variables that set an option of ``evalsweep run``. A command that
+    runs a written sweep (a job, a remote run) runs without them, so what runs is what
+    its words say, not what the machine it runs on happens to have set."""
+    return tuple(each.envvar for each in OPTIONS if each.envvar)
+
+
+def words_only_environment(
+    environment: Mapping[str, str], added: Mapping[str, str] | None = None
+) -> dict[str, str]:
+    """``environment`` (and ``added`` over it: secrets for a job) without the variables of
+    :func:`environment_names` and without any ``added`` name of evalsweep's own
+    (``EVALSWEEP_*``), which would change what runs (task folders, data) behind the words."""
+    result = dict(environment)
+    for name, value in (added or {}).items():
+        if not name.startswith("EVALSWEEP_"):
+            result[name] = value
+    for name in environment_names():
+        result.pop(name, None)
+    return result
 
 
 # -- agents -----------------------------------------------------------------------------

@@ -36,7 +36,7 @@ from evalsweep.agent._secrets import SecretBox
 from evalsweep.agent._settings import AgentSettings
 from evalsweep.agent._supervise import REDACT_ENV
 from evalsweep.errors import EvalsweepError
-from evalsweep.options import to_argv
+from evalsweep.options import to_argv, words_only_environment
 from evalsweep.store import Store
 
 COLUMNS = (
@@ -181,9 +181,10 @@ class Jobs:
                     estimated,
                 ),
             )
-        env = dict(os.environ)
         secret_values = self.secrets.environment()
-        env.update(secret_values)
+        # The job's words say the whole sweep: no EVALSWEEP_DATA_DIR (or secret named
+        # like a setting) of this process may change it behind them.
+        env = words_only_environment(os.environ, secret_values)
         env[REDACT_ENV] = ",".join(sorted(secret_values))
         log_path.write_bytes(f"$ {self.secrets.redact(shlex.join(command))}\n".encode())
         try:

@@ -18,7 +18,15 @@ from typing import TYPE_CHECKING, Annotated, Any
 from pydantic import Field
 
 from evalsweep.agent._inputs import InputError
-from evalsweep.options import Option, agent_options, build_spec
+from evalsweep.options import (
+    Option,
+    agent_options,
+    build_spec,
+    from_argv,
+    number_problem,
+    tasks_value,
+    to_argv,
+)
 
 if TYPE_CHECKING:
     from evalsweep.engine import SweepSpec
@@ -38,7 +46,9 @@ def annotation(parameter: str) -> Any:
     """The MCP parameter's type and description, as the tool's schema shows them."""
     each = agent_option(parameter)
     kind = _TYPES[each.kind]
-    return Annotated[kind | None, Field(description=each.agent_help)]
+    # Strict: true is not a limit of 1, nor 2.5 a few-shot count of 2 (the value priced
+    # and run is the value sent, or the call is refused).
+    return Annotated[kind | None, Field(description=each.agent_help, strict=True)]
 
 
 def restated(parameter: str) -> Any:
@@ -46,32 +56,37 @@ def restated(parameter: str) -> Any:
     each = agent_option(parameter)
     kind = _TYPES[each.kind]
     description = f"Optional: must equal the quote's {parameter}, else refused"
-    return Annotated[kind | None, Field(description=description)]
+    return Annotated[kind | None, Field(description=description, strict=True)]
 
 
 def check_bounds(values: Mapping[str, Any]) -> None:
-    """Refuse an agent's number outside the bounds its option declares (named, not echoed)."""
+    """Refuse an agent's number outside the bounds its option declares (named, not echoed);
+    the same check as the command line's (:func:`evalsweep.options.number_problem`)."""
     for each in agent_options():
-        value = values.get(each.agent or "")
-        if value is None or each.kind not in ("int", "float"):
-            continue
-        low, high = each.minimum, each.maximum
-        if (low is not None and value < low) or (high is not None and value > high):
-            if high is None:
-                raise InputError(f"{each.agent} must be {low:g} or more")
-            raise InputError(f"{each.agent} must be between {low:g} and {high:g}")
+        problem = number_problem(each, values.get(each.agent or ""), agent=True)
+        if problem:
+            raise InputError(f"{each.agent} {problem}")
 
 
 def quoted_spec(params: Mapping[str, Any]) -> SweepSpec:
-    """The sweep a quote's parameters describe (what is priced and what the job runs).
+    """The sweep a quote's parameters describe, as the job reads it: the spec is written
+    as the job's ``evalsweep run`` words and read back, so what is priced is what the job
+    parses, and a quote no job command can say is refused before it exists.
 
     ``params`` holds ``checkpoints``, ``tasks`` (a list), ``data_dir`` and each agent
     option's value under the option's name (``device``, ``limit``, ``num_fewshot``).
+
+    Raises:
+        ConfigError: a task name, reference or value no command line carries as it is.
     """
-    values: dict[str, Any] = {"tasks": ",".join(params["tasks"]), "data_dir": params["data_dir"]}
+    values: dict[str, Any] = {
+        "tasks": tasks_value(list(params["tasks"])),
+        "data_dir": params["data_dir"],
+    }
     for each in agent_options():
         values[each.name] = params.get(each.name, each.default)
-    return build_spec(list(params["checkpoints"]), values)
+    spec = build_spec(list(params["checkpoints"]), values)
+    return from_argv(to_argv(spec)).spec
 
 
 def with_agent_options(fn: Callable[..., Any], *, restate: bool = False) -> Callable[..., Any]:

@@ -38,6 +38,11 @@ class SecretBox:
     def set(self, name: str, value: str) -> None:
         if not NAME.match(name):
             raise ConfigError(f"secret name {name!r} must look like an environment variable")
+        if name.startswith("EVALSWEEP_"):
+            raise ConfigError(
+                f"secret name {name!r}: EVALSWEEP_* variables are evalsweep's settings, not "
+                "secrets (a job would run otherwise than quoted); choose another name"
+            )
         if len(value) < MIN_LENGTH or "\n" in value:
             raise ConfigError(f"secret {name}: value must be one line of {MIN_LENGTH}+ characters")
         tokens = self._tokens()

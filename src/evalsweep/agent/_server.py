@@ -18,6 +18,7 @@ from typing import Any
 import anyio
 from mcp.server import MCPServer
 from mcp.types import ToolAnnotations
+from pydantic import ConfigDict
 
 from evalsweep import __version__
 from evalsweep.agent._state import AgentState, consent_parameter, guarded
@@ -69,6 +70,7 @@ def build_server(
     def tool(annotations: ToolAnnotations) -> Callable[[Callable[..., Any]], Any]:
         def register(fn: Callable[..., Any]) -> Any:
             server.tool(annotations=annotations, description=inspect.getdoc(fn))(guarded(state, fn))
+            refuse_unknown_arguments(server, fn.__name__)
             return fn
 
         return register
@@ -77,6 +79,22 @@ def build_server(
     register_sweep_tools(state, tool, consent)
     register_lifecycle_tools(state, tool, consent)
     return server
+
+
+def refuse_unknown_arguments(server: MCPServer, name: str) -> None:
+    """An argument tool ``name`` does not take is refused, not dropped: a quote asked with
+    ``apply_chat_template`` or ``temperature`` must not price (and start) a sweep without
+    them. The tool's schema says so too (``additionalProperties: false``)."""
+    registered = server._tool_manager.get_tool(name)  # noqa: SLF001 - no public handle
+    if registered is None:  # pragma: no cover - registered just above
+        raise RuntimeError(f"tool {name} is not registered")
+    base = registered.fn_metadata.arg_model
+    config = ConfigDict(**{**base.model_config, "extra": "forbid"})
+    closed: Any = type(
+        base.__name__, (base,), {"model_config": config, "__module__": base.__module__}
+    )
+    registered.fn_metadata.arg_model = closed
+    registered.parameters = closed.model_json_schema(by_alias=True)
 
 
 def serve(

@@ -79,6 +79,8 @@ def _environment_from_stdin() -> list[str]:
         isinstance(k, str) and isinstance(v, str) for k, v in values.items()
     ):
         raise ConfigError("--env-stdin: stdin is not a JSON object of names and values")
+    if any(name.startswith("EVALSWEEP_") for name in values):
+        raise ConfigError("--env-stdin: EVALSWEEP_* settings cannot come as secrets")
     os.environ.update(values)
     return sorted(values)
 

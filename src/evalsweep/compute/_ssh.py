@@ -29,6 +29,7 @@ from evalsweep.compute._transfer import PieceError, import_piece
 from evalsweep.engine import Progress, stored_sweep
 from evalsweep.errors import EvalsweepError, TargetError
 from evalsweep.jsonl import LINE_END
+from evalsweep.options import environment_names, tasks_value
 from evalsweep.store import Store
 from evalsweep.tasks import get_task
 
@@ -127,9 +128,11 @@ class SSHTarget:
 
     def _python(self, args: Sequence[str]) -> str:
         """A shell command running the host's Python with the target's environment."""
+        # The host's own EVALSWEEP_DATA_DIR / _TARGET / _STORE are unset: the words say
+        # the sweep (the target's configured env, set after, is the person's choice).
+        unset = [word for name in environment_names() for word in ("-u", name)]
         env = [f"{key}={value}" for key, value in sorted(self.env.items())]
-        prefix = ["env", *env] if env else []
-        return shlex.join([*prefix, self.python, *args])
+        return shlex.join(["env", *unset, *env, self.python, *args])
 
     def _evalsweep(self, args: Sequence[str]) -> str:
         return self._python(["-m", "evalsweep", *args])
@@ -267,8 +270,8 @@ class SSHTarget:
         # As the remote run was given them: a task file is named by its path there.
         tasks = [t if isinstance(t, str) else t.name for t in job.spec.tasks]
         export = self._evalsweep(
-            ["export-results", *job.spec.checkpoints, "--tasks", ",".join(tasks)]
-            + ["--store", store_path, "--out", folder, "--json"]
+            ["export-results", "--tasks", tasks_value(tasks)]
+            + ["--store", store_path, "--out", folder, "--json", "--", *job.spec.checkpoints]
         )
         ran = self._ssh(runner, export, "transfer")
         if ran.exit_code != 0:
