@@ -395,3 +395,32 @@ async def test_the_quote_prices_the_spec_the_job_process_reads(
     priced = quote.structured_content
     assert (work.requests, work.prompt_tokens) == (priced["requests"], priced["prompt_tokens"])
     assert work.max_generated_tokens == priced["max_generated_tokens"]
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize(
+    ("tool", "args", "named"),
+    [
+        ("quote_sweep", {"tasks": [TASK], "Limit": "sk-GUESSED-SECRET-0001"}, "'Limit'"),
+        ("quote_sweep", {"tasks": [TASK], "limit": "sk-GUESSED-SECRET-0001"}, "limit:"),
+        ("quote_sweep", {"tasks": "sk-GUESSED-SECRET-0001"}, "tasks:"),
+        ("quote_sweep", {"tasks": [TASK], "k" * 5000 + "sk-GUESSED-SECRET-0001": 1}, "unknown"),
+        ("start_sweep", {"quote_id": ["sk-GUESSED-SECRET-0001"]}, "quote_id:"),
+        ("job_logs", {"job_id": {"sk-GUESSED-SECRET-0001": 1}}, "job_id:"),
+        ("job_logs", {"job_id": "j-0", "max_bytes": "sk-GUESSED-SECRET-0001"}, "max_bytes:"),
+    ],
+    ids=["unknown", "type", "list", "long-name", "quote-list", "job-object", "bytes"],
+)
+async def test_arguments_the_schema_refuses_are_one_line_naming_them_never_their_values(
+    agent_env: Path, store_path: Path, gpt2_a: Path, tool: str, args: dict[str, Any], named: str
+) -> None:
+    if tool == "quote_sweep":
+        args = {"checkpoints": [str(gpt2_a)], **args}
+    async with Client(build_server(store_path, config={})) as client:
+        call = await client.call_tool(tool, args)
+    assert call.is_error
+    text = call.content[0].text
+    assert text.startswith(f"{tool}: ") and "\n" not in text and len(text) < 400, text
+    assert named in text, text
+    assert "GUESSED" not in text and "validation error" not in text, text
+    assert quotes_in(store_path) == 0

@@ -17,8 +17,9 @@ from typing import Any
 
 import anyio
 from mcp.server import MCPServer
-from mcp.types import ToolAnnotations
-from pydantic import ConfigDict
+from mcp.server.mcpserver.exceptions import ToolError, UnexpectedToolError
+from mcp.types import CallToolResult, ToolAnnotations
+from pydantic import ConfigDict, ValidationError
 
 from evalsweep import __version__
 from evalsweep.agent._state import AgentState, consent_parameter, guarded
@@ -63,9 +64,17 @@ def build_server(
                 state.watchdog_running = False
                 state.close()
 
-    server = MCPServer(
-        "evalsweep", instructions=INSTRUCTIONS, version=__version__, lifespan=lifespan
-    )
+    class Server(MCPServer):
+        async def call_tool(self, name: str, arguments: dict[str, Any], context: Any = None) -> Any:
+            try:
+                return await super().call_tool(name, arguments, context)
+            except ToolError as exc:
+                cause = exc.__cause__
+                if isinstance(exc, UnexpectedToolError) or not isinstance(cause, ValidationError):
+                    raise
+                return refused_arguments(state, name, cause)
+
+    server = Server("evalsweep", instructions=INSTRUCTIONS, version=__version__, lifespan=lifespan)
 
     def tool(annotations: ToolAnnotations) -> Callable[[Callable[..., Any]], Any]:
         def register(fn: Callable[..., Any]) -> Any:
@@ -95,6 +104,28 @@ def refuse_unknown_arguments(server: MCPServer, name: str) -> None:
     )
     registered.fn_metadata.arg_model = closed
     registered.parameters = closed.model_json_schema(by_alias=True)
+
+
+#: The longest argument name an error repeats (the caller's own text, so never all of it).
+MAX_NAME_ECHO = 40
+
+
+def refused_arguments(state: AgentState, tool: str, error: ValidationError) -> CallToolResult:
+    """Arguments the tool's schema refuses, as the one-line error every other refusal is:
+    each argument named with what is wrong with it, never its value (which may be huge, or a
+    guess at a secret); an unknown argument's name is shortened and shown escaped."""
+    problems = []
+    for item in error.errors(include_url=False, include_input=False):
+        name = ".".join(str(part) for part in item["loc"]) or "arguments"
+        if len(name) > MAX_NAME_ECHO:
+            name = name[:MAX_NAME_ECHO] + "..."
+        if item["type"] == "extra_forbidden":
+            problems.append(f"unknown argument {name!r} (see the tool's input schema)")
+        elif item["type"] == "missing":
+            problems.append(f"{name} is required")
+        else:
+            problems.append(f"{name}: {item['msg'][:120]}")
+    return state.error(tool, "; ".join(dict.fromkeys(problems)), {})
 
 
 def serve(
