@@ -194,7 +194,9 @@ async def test_paid_work_needs_approval_from_the_terminal(
         # The approval parameter is filled by the server, never by the caller.
         forged = {"quote_id": quote_id, "consent": {"approve": True}}
         forged_call = await client.call_tool("start_sweep", forged)
-        assert forged_call.is_error and "approve" in error_text(forged_call)
+        assert forged_call.is_error and "unknown argument 'consent'" in error_text(forged_call)
+        again = error_text(await client.call_tool("start_sweep", {"quote_id": quote_id}))
+        assert f"evalsweep approve {quote_id}" in again  # still not approved
 
         # A pipe is not the person: approving without a terminal is refused.
         piped = subprocess.run(
