@@ -32,6 +32,7 @@ one-line error naming the text, both tokenizations and the way out.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 from pathlib import Path
 from typing import Any
@@ -93,7 +94,7 @@ def require_packages(reference: str) -> None:
 
 
 def sentencepiece_only_source(path: str, revision: str | None) -> bool:
-    """Whether a tokenizer source (a folder, or a Hub repo's cached files) has only tokenizer.model."""
+    """Whether a tokenizer source (a folder, a Hub repo's cached files) has only tokenizer.model."""
     folder = Path(path)
     if folder.is_dir():
         return (folder / SPM_FILE).is_file() and not (folder / FAST_FILE).is_file()
@@ -107,7 +108,7 @@ def sentencepiece_only_source(path: str, revision: str | None) -> bool:
 
 
 def loaded_sentencepiece_file(tokenizer: Any) -> Path | None:
-    """The ``tokenizer.model`` a loaded tokenizer was converted from, if it had no tokenizer.json."""
+    """The ``tokenizer.model`` a loaded tokenizer was converted from, without tokenizer.json."""
     vocab_file = getattr(tokenizer, "vocab_file", None) or tokenizer.init_kwargs.get("vocab_file")
     if not vocab_file:
         return None
@@ -131,7 +132,9 @@ def check_sentencepiece_tokenizer(tokenizer: Any, reference: str) -> Any:
     if proto is None:  # not a SentencePiece model (a tiktoken file, say): not ours to judge
         return tokenizer
     processor = sentencepiece.SentencePieceProcessor(model_file=str(path))
-    where = f"checkpoint {reference!r}: its SentencePiece-only tokenizer ({SPM_FILE}, no {FAST_FILE})"
+    where = (
+        f"checkpoint {reference!r}: its SentencePiece-only tokenizer ({SPM_FILE}, no {FAST_FILE})"
+    )
     way_out = _way_out()
 
     expected_type = _MODEL_TYPES.get(proto.trainer_spec.model_type, "?")
@@ -236,10 +239,8 @@ def _check_specials(
     expected = _with_specials(processor, tokenizer, add_bos, add_eos)
     if list(tokenizer.encode("x")) != expected:
         for key, value in (("add_bos_token", add_bos), ("add_eos_token", add_eos)):
-            try:
+            with contextlib.suppress(AttributeError, ValueError):
                 setattr(tokenizer, key, value)
-            except (AttributeError, ValueError):
-                pass
     actual = list(tokenizer.encode("x"))
     if actual != expected:
         raise CheckpointError(
