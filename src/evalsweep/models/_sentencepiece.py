@@ -182,7 +182,7 @@ def _model_proto(path: Path) -> Any:
     from google.protobuf.message import DecodeError
     from sentencepiece import sentencepiece_model_pb2
 
-    proto = sentencepiece_model_pb2.ModelProto()
+    proto = sentencepiece_model_pb2.ModelProto()  # type: ignore[attr-defined]
     try:
         proto.ParseFromString(path.read_bytes())
     except DecodeError:
