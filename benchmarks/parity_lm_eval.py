@@ -333,6 +333,14 @@ def _first_diff(a: str, b: str) -> str:
 # ---------------------------------------------------------------------------------------
 
 
+def _figure(value: Any) -> float:
+    """lm-eval writes "N/A" for a stderr it cannot compute (one question): that is NaN here."""
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return math.nan
+
+
 def lm_eval_aggregates(results: Mapping[str, Any]) -> dict[str, tuple[float, float, int]]:
     """(value, stderr, n) per name: subjects by bare name, groups as mmlu[/category], gsm8k."""
     out: dict[str, tuple[float, float, int]] = {}
@@ -343,23 +351,23 @@ def lm_eval_aggregates(results: Mapping[str, Any]) -> dict[str, tuple[float, flo
         if name == f"{PREFIX}gsm8k":
             for f in GSM8K_FILTERS:
                 out[f"gsm8k exact_match,{f}"] = (
-                    entry[f"exact_match,{f}"],
-                    entry[f"exact_match_stderr,{f}"],
+                    _figure(entry[f"exact_match,{f}"]),
+                    _figure(entry[f"exact_match_stderr,{f}"]),
                     n,
                 )
         elif name.removeprefix(PREFIX) in CHOICE_TASKS:
             for metric in ("acc", "acc_norm"):
                 out[f"{name.removeprefix(PREFIX)} {metric}"] = (
-                    entry[f"{metric},none"],
-                    entry[f"{metric}_stderr,none"],
+                    _figure(entry[f"{metric},none"]),
+                    _figure(entry[f"{metric}_stderr,none"]),
                     n,
                 )
         elif name == f"{PREFIX}mmlu":
-            out["mmlu"] = (entry["acc,none"], entry["acc_stderr,none"], n)
+            out["mmlu"] = (_figure(entry["acc,none"]), _figure(entry["acc_stderr,none"]), n)
         elif name.startswith(f"{PREFIX}mmlu_") and "acc,none" in entry:
             short = name.removeprefix(f"{PREFIX}mmlu_")
             key = f"mmlu/{short}" if short in CATEGORY_NAMES else short
-            out[key] = (entry["acc,none"], entry["acc_stderr,none"], n)
+            out[key] = (_figure(entry["acc,none"]), _figure(entry["acc_stderr,none"]), n)
     return out
 
 

@@ -21,7 +21,6 @@ from typing import Any
 
 import pytest
 import torch
-import transformers
 
 from conftest import TEST_DATA
 from evalsweep.checkpoints import resolve_checkpoint
@@ -33,6 +32,7 @@ from evalsweep.models._arch import (
     RESERVED_DECODE,
     RESERVED_DECODE_MASKED,
 )
+from evalsweep.models._sentencepiece import loaded_sentencepiece_file
 from evalsweep.requests import GenerationRequest, LoglikelihoodRequest
 from evalsweep.tasks import DataSource
 from evalsweep.tasks.gsm8k import GSM8K
@@ -98,6 +98,11 @@ def spm_tokenizer(tmp_path_factory: pytest.TempPathFactory) -> Any:
         model_type="bpe",
         byte_fallback=True,
         character_coverage=1.0,
+        # as Llama's: no normaliser, whitespace kept (tests/test_sentencepiece_only.py has more)
+        normalization_rule_name="identity",
+        remove_extra_whitespaces=False,
+        split_digits=True,
+        allow_whitespace_only_pieces=True,
         unk_id=0,
         bos_id=1,
         eos_id=2,
@@ -132,9 +137,13 @@ def checkpoint_path(name: str, dtype: str, root: Path, request: pytest.FixtureRe
         path = build_matrix_checkpoint(
             root / f"{name}-{dtype}", model_type, tokenizer, dtype=dtype, seed=seed
         )
-        if name == SPM_LLAMA:  # SentencePiece only: the converted tokenizer.json goes
-            (path / "tokenizer.json").unlink()
-            assert (path / "tokenizer.model").is_file()
+        if name == SPM_LLAMA:  # SentencePiece only: the trained files, no tokenizer.json
+            import shutil
+
+            (path / "tokenizer.json").unlink(missing_ok=True)
+            source = Path(tokenizer.vocab_file).parent
+            for file in ("tokenizer.model", "tokenizer_config.json"):
+                shutil.copyfile(source / file, path / file)
         _built[key] = path
     return _built[key]
 
@@ -203,17 +212,7 @@ class PlainForward:
         return str(text)
 
 
-#: transformers 5 reads a checkpoint whose tokenizer is only ``tokenizer.model`` as a tiktoken
-#: file, and fails: a known failure there, kept visible (strict: it must fail until fixed).
-TIKTOKEN_MISREAD = pytest.mark.xfail(
-    int(transformers.__version__.split(".")[0]) >= 5,
-    reason="known failure: transformers 5 parses a SentencePiece-only tokenizer.model as tiktoken",
-    strict=True,
-)
-NAMES = [
-    pytest.param(name, marks=TIKTOKEN_MISREAD) if name == SPM_LLAMA else name
-    for name in [*MODEL_TYPES, *VARIANTS]
-]
+NAMES = [*MODEL_TYPES, *VARIANTS]
 WINDOWED = {"mistral", "mixtral", "gemma2", "gemma3_text", "phi3", "starcoder2"}
 
 
@@ -231,6 +230,8 @@ def test_architecture_answers_as_plain_transformers(
     options = BackendOptions(device="cpu", dtype=dtype)
     backend: Any = load_backend("hf", resolve_checkpoint(str(path)), options)
     try:
+        if name == SPM_LLAMA:  # read from tokenizer.model and checked against SentencePiece
+            assert loaded_sentencepiece_file(backend.tokenizer) == path / "tokenizer.model"
         plain = PlainForward(path, dtype, backend.encoder)
         results = backend.loglikelihood(mmlu_requests)
         texts = backend.generate_until(gsm8k_requests)

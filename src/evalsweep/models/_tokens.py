@@ -16,6 +16,11 @@ from typing import Any
 
 from evalsweep.checkpoints import ResolvedCheckpoint
 from evalsweep.errors import CheckpointError
+from evalsweep.models._sentencepiece import (
+    check_sentencepiece_tokenizer,
+    require_packages,
+    sentencepiece_only_source,
+)
 
 DEFAULT_MAX_LENGTH = 2048
 TOKENIZER_INFINITY = 1000000000000000019884624838656
@@ -132,14 +137,19 @@ def load_tokenizer(checkpoint: ResolvedCheckpoint, trust_remote_code: bool) -> A
     from transformers import AutoTokenizer
 
     path, revision = tokenizer_source(checkpoint)
+    if sentencepiece_only_source(path, revision):
+        require_packages(checkpoint.reference)  # else transformers 5 reads it as tiktoken
     try:
         tokenizer = AutoTokenizer.from_pretrained(
             path, revision=revision, trust_remote_code=trust_remote_code, use_fast=True
         )
     except Exception as exc:
+        if sentencepiece_only_source(path, revision):
+            require_packages(checkpoint.reference)
         raise CheckpointError(
             f"checkpoint {checkpoint.reference!r}: cannot load its tokenizer ({first_line(exc)})"
         ) from exc
+    tokenizer = check_sentencepiece_tokenizer(tokenizer, checkpoint.reference)
     if tokenizer.pad_token is None:
         # As lm-eval: fall back to unk, then eos, so batches can be padded.
         if tokenizer.unk_token is not None:
