@@ -96,6 +96,23 @@ def data_dir() -> Path:
     return TEST_DATA
 
 
+@pytest.fixture
+def anyio_backend() -> str:
+    """The event loop of the async (MCP client) tests."""
+    return "asyncio"
+
+
+@pytest.fixture
+def agent_env(tmp_path: Path, data_dir: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """An agent's world: a private, empty config (secrets live beside it) and the test data."""
+    config = tmp_path / "config" / "config.toml"
+    config.parent.mkdir()
+    config.write_text("")
+    monkeypatch.setenv("EVALSWEEP_CONFIG", str(config))
+    monkeypatch.setenv("EVALSWEEP_DATA_DIR", str(data_dir))
+    return config
+
+
 @pytest.fixture(scope="session")
 def tokenizer(data_dir: Path):  # type: ignore[no-untyped-def]
     """A byte-level BPE tokenizer trained on local MMLU and GSM8K text."""

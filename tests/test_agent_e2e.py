@@ -25,11 +25,6 @@ TASK = "mmlu_abstract_algebra"
 
 
 @pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
-@pytest.fixture
 def server_env(tmp_path: Path, cli_env: dict[str, str], data_dir: Path) -> dict[str, str]:
     config = tmp_path / "config" / "config.toml"
     config.parent.mkdir()

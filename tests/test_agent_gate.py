@@ -40,17 +40,6 @@ TASK = "mmlu_abstract_algebra"
 PRICED = {"rates": {"local": 36.0}, "limits": {"per_connection_usd": 50.0, "global_usd": 100.0}}
 
 
-@pytest.fixture
-def agent_env(tmp_path: Path, data_dir: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """A private config directory (secrets live there) and the real benchmark data."""
-    config = tmp_path / "config" / "config.toml"
-    config.parent.mkdir()
-    config.write_text("")
-    monkeypatch.setenv("EVALSWEEP_CONFIG", str(config))
-    monkeypatch.setenv("EVALSWEEP_DATA_DIR", str(data_dir))
-    return config
-
-
 def result(call: Any) -> dict[str, Any]:
     assert not call.is_error, call.content[0].text
     return dict(call.structured_content)
@@ -479,11 +468,6 @@ async def test_configured_cloud_target_offers_compute_lifecycle_at_its_catalog_p
     assert rows["cloud"]["hourly_rate"] == offer.hourly_price > 0
     assert priced["needs_approval"] and priced["hourly_rate"] == offer.hourly_price
     assert "destroyed" in priced["summary"]
-
-
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
 
 
 @pytest.mark.anyio

@@ -25,21 +25,6 @@ from evalsweep.agent._jobs import job_command
 TASK = "mmlu_abstract_algebra"
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
-@pytest.fixture
-def agent_env(tmp_path: Path, data_dir: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    config = tmp_path / "config" / "config.toml"
-    config.parent.mkdir()
-    config.write_text("")
-    monkeypatch.setenv("EVALSWEEP_CONFIG", str(config))
-    monkeypatch.setenv("EVALSWEEP_DATA_DIR", str(data_dir))
-    return config
-
-
 def ok(call: Any) -> dict[str, Any]:
     assert not call.is_error, call.content[0].text
     return dict(call.structured_content)

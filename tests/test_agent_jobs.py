@@ -22,11 +22,6 @@ TASK = "mmlu_abstract_algebra"
 
 
 @pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
-@pytest.fixture
 def agent_env(tmp_path: Path, data_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("EVALSWEEP_CONFIG", str(tmp_path / "config" / "config.toml"))
     monkeypatch.setenv("EVALSWEEP_DATA_DIR", str(data_dir))

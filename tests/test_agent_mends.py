@@ -26,11 +26,6 @@ TASK = "mmlu_abstract_algebra"
 
 
 @pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
-@pytest.fixture
 def agent_env(tmp_path: Path, data_dir: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     config = tmp_path / "config" / "config.toml"
     config.parent.mkdir()

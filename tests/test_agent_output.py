@@ -26,11 +26,6 @@ TASK = "mmlu_abstract_algebra"
 CAP = 17_000
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
 def sent(call: Any) -> int:
     """Bytes of a tool result as it came over the wire (all content blocks, structured too)."""
     return len(call.model_dump_json(by_alias=True, exclude_none=True).encode())

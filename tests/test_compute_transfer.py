@@ -334,11 +334,6 @@ class _Damaging(SSHTarget):
         return super().ssh_argv(remote_command)
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
 @pytest.mark.anyio
 async def test_mcp_job_over_ssh_lands_every_odd_row(
     sshd: Sshd,  # noqa: F811

@@ -258,21 +258,6 @@ def test_an_ssh_hosts_option_variables_cannot_change_the_remote_run() -> None:
 # -- the MCP side -----------------------------------------------------------------------
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
-@pytest.fixture
-def agent_env(tmp_path: Path, data_dir: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    config = tmp_path / "config" / "config.toml"
-    config.parent.mkdir()
-    config.write_text("")
-    monkeypatch.setenv("EVALSWEEP_CONFIG", str(config))
-    monkeypatch.setenv("EVALSWEEP_DATA_DIR", str(data_dir))
-    return config
-
-
 def quotes_in(store_path: Path) -> int:
     with sqlite3.connect(store_path) as conn:
         try:

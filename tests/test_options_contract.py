@@ -233,21 +233,6 @@ def test_arguments_run_refuses_are_one_clear_error() -> None:
 # -- agents -----------------------------------------------------------------------------
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
-@pytest.fixture
-def agent_env(tmp_path: Path, data_dir: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    config = tmp_path / "config" / "config.toml"
-    config.parent.mkdir()
-    config.write_text("")
-    monkeypatch.setenv("EVALSWEEP_CONFIG", str(config))
-    monkeypatch.setenv("EVALSWEEP_DATA_DIR", str(data_dir))
-    return config
-
-
 @pytest.mark.anyio
 async def test_the_mcp_schemas_list_exactly_the_exposed_options(
     agent_env: Path, store_path: Path
