@@ -106,9 +106,13 @@ def _checkpoints(folder: Path, data_dir: Path) -> list[str]:
     return [str(p) for p in paths]
 
 
-def _rows(path: Path) -> list[tuple[object, ...]]:
+def _rows(path: Path, tasks: list[str]) -> list[tuple[object, ...]]:
+    """The rows of ``tasks`` (a kept --work store may hold other tasks' rows too)."""
+    marks = ", ".join("?" * len(tasks))
     with closing(sqlite3.connect(path)) as conn:
-        return conn.execute(f"SELECT {COLUMNS} FROM samples ORDER BY 1, 2, 3, 4, 5").fetchall()
+        return conn.execute(
+            f"SELECT {COLUMNS} FROM samples WHERE task IN ({marks}) ORDER BY 1, 2, 3, 4, 5", tasks
+        ).fetchall()
 
 
 def _keys(path: Path) -> dict[str, tuple[str, str]]:
@@ -116,9 +120,9 @@ def _keys(path: Path) -> dict[str, tuple[str, str]]:
         return {k: (kind, v) for k, kind, v in conn.execute("SELECT key, kind, value FROM keys")}
 
 
-def _same(original: Path, copy: Path) -> tuple[bool, int]:
+def _same(original: Path, copy: Path, tasks: list[str]) -> tuple[bool, int]:
     """Whether ``copy`` holds exactly the original's rows, and the keys they point to."""
-    rows, copied = _rows(original), _rows(copy)
+    rows, copied = _rows(original, tasks), _rows(copy, tasks)
     keys, copied_keys = _keys(original), _keys(copy)
     used = {r[1] for r in rows} | {r[3] for r in rows}
     keys_ok = all(copied_keys.get(k) == keys[k] for k in used if k in keys)
@@ -212,7 +216,7 @@ def main() -> None:
         with closing(sqlite3.connect(original)) as conn:
             count = conn.execute("SELECT COUNT(*) FROM samples WHERE task = ?", (task,))
             say(f"- scored {task}: {count.fetchone()[0]} rows in {seconds:.1f} s")
-    total = len(_rows(original))
+    total = len(_rows(original, tasks))
     if args.no_score:
         say(f"original store: {total} rows as stored, {_size(original)}")
     else:
@@ -229,7 +233,7 @@ def main() -> None:
     imported = work / "imported.sqlite"
     imported.unlink(missing_ok=True)
     import_s, _ = _evalsweep(["import-results", str(pieces), "--store", str(imported)])
-    same, count = _same(original, imported)
+    same, count = _same(original, imported, tasks)
     say(
         f"export+import: {len(listed)} pieces, {piece_bytes / 1e6:.1f} MB "
         f"(largest {max(p['bytes'] for p in listed) / 1e6:.2f} MB); export {export_s:.1f} s, "
@@ -287,7 +291,7 @@ def main() -> None:
                     "SELECT COUNT(*), SUM(output_bytes) FROM audit WHERE kind = 'transfer' "
                     "AND text LIKE '%piece-%'"
                 ).fetchone()
-    same_ssh, count_ssh = _same(original, pulled)
+    same_ssh, count_ssh = _same(original, pulled, tasks)
     say(
         f"ssh target (loopback): {ssh_pieces[0]} pieces, {(ssh_pieces[1] or 0) / 1e6:.1f} MB, "
         f"{ssh_s:.1f} s ({what}); {count_ssh} rows, equal to the original's: {same_ssh}"
