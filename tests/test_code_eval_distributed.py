@@ -311,6 +311,7 @@ def test_secrets_reach_the_remote_run_by_name_and_nothing_records_their_value(
     from evalsweep.agent import SecretBox
     from evalsweep.compute import SweepJob, run_on_target
     from evalsweep.engine import SilentProgress, SweepSpec
+    from evalsweep.report import document_json
 
     monkeypatch.setenv("EVALSWEEP_CONFIG", str(tmp_path / "config.toml"))
     value = "hf_" + os.urandom(12).hex()
@@ -326,9 +327,9 @@ def test_secrets_reach_the_remote_run_by_name_and_nothing_records_their_value(
     with Store(tmp_path / "store.sqlite") as store:
         document, _ = run_on_target(target, job, store, SilentProgress())
         audit = json.dumps(store.audit_entries(target="box"))
-    assert document["secrets_received"] == ["HF_TOKEN"]  # the remote run had it
-    assert document["compute"]["secrets"] == ["HF_TOKEN"]
-    assert value not in json.dumps(document) and value not in audit
+    assert document.secrets_received == ["HF_TOKEN"]  # the remote run had it
+    assert document.compute is not None and document.compute["secrets"] == ["HF_TOKEN"]
+    assert value not in document_json(document) and value not in audit
     assert value not in (tmp_path / "store.sqlite").read_bytes().decode("latin-1")
 
 

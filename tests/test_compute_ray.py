@@ -18,6 +18,7 @@ import pytest
 from evalsweep.compute import RayTarget, SweepJob, run_on_target
 from evalsweep.engine import SilentProgress, SweepSpec, run_sweep
 from evalsweep.errors import TargetError
+from evalsweep.report import document_json, parse_document
 from evalsweep.store import Store
 
 TASKS = ["mmlu_abstract_algebra", "gsm8k"]
@@ -79,7 +80,8 @@ def test_sweep_split_over_two_workers_equals_local_run(
         submits = store.audit_entries(kind="submit", target="cluster")
         again = target.run(SweepJob(spec), store, SilentProgress())
     # One Ray task per (checkpoint, task, shard): 2 x 2 x 2, each audited from submission to result.
-    assert document["compute"]["ray_tasks"] == 8 and len(submits) == 8
+    assert document.compute is not None
+    assert document.compute["ray_tasks"] == 8 and len(submits) == 8
     assert all(e["exit_code"] == 0 and e["output_bytes"] > 0 for e in submits)
     assert {e["text"].split("(")[0] for e in submits} == {"ray task evaluate_shard"}
     # Largest shards are submitted first, by the target's own estimate of a shard's work.
@@ -101,8 +103,10 @@ def test_sweep_split_over_two_workers_equals_local_run(
         assert got.checkpoint.identity == want.checkpoint.identity and got.task == want.task
         assert [s.metrics for s in got.scored] == [s.metrics for s in want.scored]
         assert [a.value for a in got.aggregates] == [a.value for a in want.aggregates]
-    assert document["compute"]["spend"]["hourly_rate"] == 1.0
-    json.dumps(document)  # the provenance document stays serialisable
+    assert document.compute["spend"]["hourly_rate"] == 1.0
+    assert (
+        parse_document(document_json(document), "the document") == document
+    )  # it travels as it is
     # Everything is stored now: a second run submits nothing.
     assert again.compute["ray_tasks"] == 0
 
