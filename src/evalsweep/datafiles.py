@@ -326,14 +326,7 @@ def _jsonl_records(path: Path, reader: _Hashing, decoder: json.JSONDecoder) -> I
 def _document_records(path: Path, reader: _Hashing, decoder: json.JSONDecoder) -> Iterator[Record]:
     """The objects of a file holding one JSON array, each with the line it starts on."""
     shown = display_path(path)
-    raw = reader.read(MAX_DOCUMENT_BYTES + 1)
-    if len(raw) > MAX_DOCUMENT_BYTES:
-        raise DataError(f"{shown}: larger than {MAX_DOCUMENT_BYTES >> 20} MiB")
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as error:
-        line = raw.count(b"\n", 0, error.start) + 1
-        raise DataError(f"{shown}:{line}: not valid UTF-8") from None
+    text = _document_text(reader.read(MAX_DOCUMENT_BYTES + 1), shown)
 
     def line_of(position: int) -> int:
         return text.count("\n", 0, position) + 1
@@ -497,14 +490,19 @@ def parse_json_text(data: str | bytes, where: str) -> dict[str, Any]:
     return _object_of(raw, where, _CONSTANTS_DECODER)
 
 
-def _object_of(data: bytes, shown: str, decoder: json.JSONDecoder) -> dict[str, Any]:
+def _document_text(data: bytes, shown: str) -> str:
+    """A whole-file JSON document's text: within the size cap and valid UTF-8."""
     if len(data) > MAX_DOCUMENT_BYTES:
         raise DataError(f"{shown}: larger than {MAX_DOCUMENT_BYTES >> 20} MiB")
     try:
-        text = data.decode("utf-8")
+        return data.decode("utf-8")
     except UnicodeDecodeError as error:
         line = data.count(b"\n", 0, error.start) + 1
         raise DataError(f"{shown}:{line}: not valid UTF-8") from None
+
+
+def _object_of(data: bytes, shown: str, decoder: json.JSONDecoder) -> dict[str, Any]:
+    text = _document_text(data, shown)
     if "\x00" in text:
         line = text.count("\n", 0, text.index("\x00")) + 1
         raise DataError(f"{shown}:{line}: a NUL byte, which no JSON text holds")
