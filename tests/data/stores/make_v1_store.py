@@ -7,6 +7,7 @@ a data folder laid out like the originals; see README.md beside this file.
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
 import sys
 import tempfile
@@ -24,8 +25,13 @@ from evalsweep.tasks.mmlu import MMLU
 
 def main(data_dir: Path, out: Path) -> None:
     out.unlink(missing_ok=True)
+    # Built in a fresh folder and named relative to it (the data folder as a link there), so
+    # the store names no folder of the machine it was made on.
     with tempfile.TemporaryDirectory() as tmp:
-        root = Path(tmp)
+        Path(tmp, "data").symlink_to(data_dir.resolve())
+        out = out.resolve()
+        os.chdir(tmp)
+        root, data_dir = Path(), Path("data")
         tokenizer = build_tokenizer(corpus_from_data_dir(data_dir, max_lines=300), vocab_size=300)
         checkpoints = [
             str(build_checkpoint(root / f"model-{seed}", tokenizer, n_layer=1, width=16,
@@ -49,6 +55,18 @@ def main(data_dir: Path, out: Path) -> None:
                 "INSERT INTO agent_ledger VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
                 ("job:1", "job", "local", "local", 0.0, time.time(), None, 0.0),
             )
+            store.connection.commit()
+            # A local checkpoint's provenance records the folder it was found in: written
+            # relative here, as the rest is.
+            here = str(Path(tmp).resolve()) + os.sep
+            for (table,) in store.connection.execute("SELECT name FROM sqlite_master "
+                                                    "WHERE type = 'table'").fetchall():
+                for column in store.connection.execute(f"PRAGMA table_info({table})"):
+                    if column[2].upper() == "TEXT":
+                        store.connection.execute(
+                            f"UPDATE {table} SET {column[1]} = replace({column[1]}, ?, '')",
+                            (here,),
+                        )
             store.connection.commit()
     with sqlite3.connect(out) as conn:
         conn.execute("VACUUM")
