@@ -59,8 +59,9 @@ def main(data_dir: Path, out: Path) -> None:
             # A local checkpoint's provenance records the folder it was found in: written
             # relative here, as the rest is.
             here = str(Path(tmp).resolve()) + os.sep
-            for (table,) in store.connection.execute("SELECT name FROM sqlite_master "
-                                                    "WHERE type = 'table'").fetchall():
+            for (table,) in store.connection.execute(
+                "SELECT name FROM sqlite_master WHERE type = 'table'"
+            ).fetchall():
                 for column in store.connection.execute(f"PRAGMA table_info({table})"):
                     if column[2].upper() == "TEXT":
                         store.connection.execute(
