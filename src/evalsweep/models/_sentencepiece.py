@@ -120,6 +120,20 @@ def loaded_sentencepiece_file(tokenizer: Any) -> Path | None:
     return path
 
 
+def _where(reference: str) -> str:
+    return (
+        f"checkpoint {reference!r}: its SentencePiece-only tokenizer ({SPM_FILE}, no {FAST_FILE})"
+    )
+
+
+def unreadable_error(reference: str, reason: str) -> CheckpointError:
+    """The refusal of a SentencePiece-only tokenizer transformers cannot convert at all."""
+    return CheckpointError(
+        f"{_where(reference)} cannot be converted by transformers {_version()} ({reason}); "
+        f"{_way_out()}"
+    )
+
+
 def check_sentencepiece_tokenizer(tokenizer: Any, reference: str) -> Any:
     """Check (and where it can, repair) a tokenizer converted from a SentencePiece model."""
     path = loaded_sentencepiece_file(tokenizer)
@@ -132,9 +146,7 @@ def check_sentencepiece_tokenizer(tokenizer: Any, reference: str) -> Any:
     if proto is None:  # not a SentencePiece model (a tiktoken file, say): not ours to judge
         return tokenizer
     processor = sentencepiece.SentencePieceProcessor(model_file=str(path))
-    where = (
-        f"checkpoint {reference!r}: its SentencePiece-only tokenizer ({SPM_FILE}, no {FAST_FILE})"
-    )
+    where = _where(reference)
     way_out = _way_out()
 
     expected_type = _MODEL_TYPES.get(proto.trainer_spec.model_type, "?")

@@ -20,6 +20,7 @@ from evalsweep.models._sentencepiece import (
     check_sentencepiece_tokenizer,
     require_packages,
     sentencepiece_only_source,
+    unreadable_error,
 )
 
 DEFAULT_MAX_LENGTH = 2048
@@ -146,6 +147,7 @@ def load_tokenizer(checkpoint: ResolvedCheckpoint, trust_remote_code: bool) -> A
     except Exception as exc:
         if sentencepiece_only_source(path, revision):
             require_packages(checkpoint.reference)
+            raise unreadable_error(checkpoint.reference, first_line(exc)) from exc
         raise CheckpointError(
             f"checkpoint {checkpoint.reference!r}: cannot load its tokenizer ({first_line(exc)})"
         ) from exc
