@@ -360,6 +360,7 @@ def main() -> int:
     explained: list[str] = []
     with tempfile.TemporaryDirectory(prefix="code-eval-scaling-") as folder:
         work = args.work or Path(folder)
+        work.mkdir(parents=True, exist_ok=True)
         workloads: list[tuple[str, list[File]]] = []
         if "canonical" in args.workloads:
             workloads.append(("HumanEval canonical x10", canonical(work, args.samples)))
