@@ -235,10 +235,10 @@ def differences(
     """Each results line of ``other`` that is not the local run's, named (empty: identical).
 
     A line is explained when the README names its sample as unstable; or when judging
-    that sample alone again here (``rejudged``, filled by :func:`rejudge`) does not
-    give the local run's verdict every time (one that prints the time, say); or when one
-    run timed it out and, judged alone with PATIENT x the timeout, it gives the other
-    run's verdict: it needs about as long as the limit (the real completions that import
+    that sample alone again here (``rejudged``, filled by :func:`rejudge`) gives the
+    other run's verdict too, or never the same verdict twice (one that prints the time);
+    or when one run timed it out and, judged alone with PATIENT x the timeout, it gives
+    the other run's verdict: it needs about as long as the limit (the real completions that import
     torch, scipy and scikit-learn take 2.8-4.3 s here), so either verdict can come. Any
     other difference is unexplained. Explained lines start with "explained:"; the rest
     fail the run.
@@ -256,9 +256,10 @@ def differences(
             *again, patient = rejudged.get((name, line), ["?"])
             local_says, here_says = va.get("result"), vb.get("result")
             timed_out = "timed out" in (local_says, here_says)
+            never_twice = local_says not in again and len(set(again)) == len(again)
             if (name, line) in UNSTABLE:
                 why = f"explained: {UNSTABLE[name, line]}"
-            elif any(verdict != local_says for verdict in again):
+            elif here_says in again or never_twice:
                 why = f"explained: judged alone here again {len(again)} times: {again}"
             elif timed_out and patient in (local_says, here_says) and patient != "timed out":
                 why = (
