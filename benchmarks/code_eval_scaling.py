@@ -49,6 +49,7 @@ import random
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -236,7 +237,8 @@ def differences(
 
     A line is explained when the README names its sample as unstable; or when judging
     that sample alone again here (``rejudged``, filled by :func:`rejudge`) gives the
-    other run's verdict too, or never the same verdict twice (one that prints the time);
+    other run's verdict too, or never the same verdict twice in two or more tries (one that
+    prints the time);
     or when one run timed it out and, judged alone with PATIENT x the timeout, it gives
     the other run's verdict: it needs about as long as the limit (the real completions that import
     torch, scipy and scikit-learn take 2.8-4.3 s here), so either verdict can come. Any
@@ -244,36 +246,30 @@ def differences(
     fail the run.
     """
     found = []
-    for name, _, _ in files:
-        ours = (local / f"{name}.results.jsonl").read_text().splitlines()
-        theirs = (other / f"{name}.results.jsonl").read_text().splitlines()
-        if len(ours) != len(theirs):
-            found.append(f"{name}: {len(theirs)} results lines, local {len(ours)}")
-        for line, (a, b) in enumerate(zip(ours, theirs, strict=False), start=1):
-            if a == b:
-                continue
-            va, vb = json.loads(a), json.loads(b)
-            *again, patient = rejudged.get((name, line), ["?"])
-            local_says, here_says = va.get("result"), vb.get("result")
-            timed_out = "timed out" in (local_says, here_says)
-            never_twice = local_says not in again and len(set(again)) == len(again)
-            if (name, line) in UNSTABLE:
-                why = f"explained: {UNSTABLE[name, line]}"
-            elif here_says in again or never_twice:
-                why = f"explained: judged alone here again {len(again)} times: {again}"
-            elif timed_out and patient in (local_says, here_says) and patient != "timed out":
-                why = (
-                    f"explained: timing; it needs about the {TIMEOUT:g} s limit: judged alone "
-                    f"here again {again}, and {patient!r} with {PATIENT * TIMEOUT:g} s"
-                )
-            else:
-                why = (
-                    f"not a sample known to be unstable; judged alone here again {again}, "
-                    f"and {patient!r} with {PATIENT * TIMEOUT:g} s"
-                )
-            found.append(
-                f"{name} line {line}: local {va.get('result')!r}, here {vb.get('result')!r} ({why})"
+    for name, line, a, b in _differing(files, local, other):
+        if line == 0:  # not the same number of lines
+            found.append(f"{name}: {b} results lines, local {a}")
+            continue
+        va, vb = json.loads(a), json.loads(b)
+        *again, patient = rejudged.get((name, line), ["?"])
+        local_says, here_says = va.get("result"), vb.get("result")
+        timed_out = "timed out" in (local_says, here_says)
+        never_twice = len(again) >= 2 and local_says not in again and len(set(again)) == len(again)
+        if (name, line) in UNSTABLE:
+            why = f"explained: {UNSTABLE[name, line]}"
+        elif here_says in again or never_twice:
+            why = f"explained: judged alone here again {len(again)} times: {again}"
+        elif timed_out and patient in (local_says, here_says) and patient != "timed out":
+            why = (
+                f"explained: timing; it needs about the {TIMEOUT:g} s limit: judged alone "
+                f"here again {again}, and {patient!r} with {PATIENT * TIMEOUT:g} s"
             )
+        else:
+            why = (
+                f"not a sample known to be unstable; judged alone here again {again}, "
+                f"and {patient!r} with {PATIENT * TIMEOUT:g} s"
+            )
+        found.append(f"{name} line {line}: local {local_says!r}, here {here_says!r} ({why})")
     return found
 
 
@@ -287,14 +283,21 @@ def _same(run: Run) -> str:
     return "yes"
 
 
-def differing_lines(files: list[File], local: Path, other: Path) -> set[tuple[str, int]]:
-    found = set()
+def _differing(files: list[File], local: Path, other: Path) -> Iterator[tuple[str, int, str, str]]:
+    """(file, line, local line, other line) of each results line that differs; line 0 with
+    both line counts when the files are not equally long."""
     for name, _, _ in files:
         ours = (local / f"{name}.results.jsonl").read_text().splitlines()
         theirs = (other / f"{name}.results.jsonl").read_text().splitlines()
-        pairs = enumerate(zip(ours, theirs, strict=False), start=1)
-        found |= {(name, line) for line, (a, b) in pairs if a != b}
-    return found
+        if len(ours) != len(theirs):
+            yield name, 0, str(len(ours)), str(len(theirs))
+        for line, (a, b) in enumerate(zip(ours, theirs, strict=False), start=1):
+            if a != b:
+                yield name, line, a, b
+
+
+def differing_lines(files: list[File], local: Path, other: Path) -> set[tuple[str, int]]:
+    return {(name, line) for name, line, _, _ in _differing(files, local, other) if line}
 
 
 def rejudge(
