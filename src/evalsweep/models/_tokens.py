@@ -145,6 +145,7 @@ def load_tokenizer(checkpoint: ResolvedCheckpoint, trust_remote_code: bool) -> A
             path, revision=revision, trust_remote_code=trust_remote_code, use_fast=True
         )
     except Exception as exc:
+        # Asked again: a Hub tokenizer's files are in the cache only once the load fetched them.
         if sentencepiece_only_source(path, revision):
             require_packages(checkpoint.reference)
             raise unreadable_error(checkpoint.reference, first_line(exc)) from exc
