@@ -315,9 +315,28 @@ def build_local_checkpoint(
     matrix's tiny shape; ``gpt2`` and ``llama`` take the shape arguments.
     """
     from evalsweep.demo import build_checkpoint, build_tokenizer, corpus_from_data_dir
-    from evalsweep.demo._matrix import MODEL_TYPES, build_matrix_checkpoint
+    from evalsweep.demo._matrix import (
+        MODEL_TYPES,
+        VARIANTS,
+        build_matrix_checkpoint,
+        sentencepiece_only,
+        train_sentencepiece,
+        with_bos,
+    )
 
     tokenizer = build_tokenizer(corpus_from_data_dir(data_dir, 5000), 2048)
+    if architecture in VARIANTS:  # a tokenizer variant: BOS-adding, SentencePiece-only
+        from transformers import AutoTokenizer
+
+        model_type, _ = VARIANTS[architecture]
+        spm_folder = out_dir.with_name(out_dir.name + "-spm")
+        if architecture == "llama_bos":
+            tokenizer = with_bos(tokenizer)
+        else:
+            train_sentencepiece(corpus_from_data_dir(data_dir, 5000), spm_folder, 2048)
+            tokenizer = AutoTokenizer.from_pretrained(spm_folder)
+        path = build_matrix_checkpoint(out_dir, model_type, tokenizer, dtype=dtype, seed=seed)
+        return sentencepiece_only(path, spm_folder) if architecture == "llama_spm" else path
     if architecture not in ("gpt2", "llama") or dtype != "float32":
         if architecture not in MODEL_TYPES:
             raise ValueError(f"unknown architecture {architecture!r}")

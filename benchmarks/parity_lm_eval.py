@@ -16,7 +16,9 @@ by more than 1e-5 relative.
 
 Architecture-matrix mode (``--matrix``) runs MMLU and GSM8K for every model type of
 ``evalsweep.demo._matrix`` (tiny random weights; sliding windows shorter than the
-prompts, soft-capping, mixtures of experts) in each ``--dtypes``, and prints one table
+prompts, soft-capping, mixtures of experts), and its two tokenizer variants
+(``llama_bos``: a tokenizer that adds BOS; ``llama_spm``: SentencePiece-only, ``tokenizer.model``
+and no ``tokenizer.json``), in each ``--dtypes``, and prints one table
 row per (architecture, dtype): the paths evalsweep served it with (from its result
 document) and the agreement with lm-eval.
 
@@ -56,9 +58,9 @@ from _lm_eval_tasks import (  # noqa: E402
     run_measured,
     write_task_dir,
 )
-from evalsweep.demo._matrix import MODEL_TYPES  # noqa: E402
+from evalsweep.demo._matrix import MODEL_TYPES, VARIANTS  # noqa: E402
 
-MATRIX_TYPES = tuple(dict.fromkeys(("gpt2", "llama", *MODEL_TYPES)))
+MATRIX_TYPES = tuple(dict.fromkeys(("gpt2", "llama", *MODEL_TYPES, *VARIANTS)))
 LETTERS = "ABCD"
 CHOICE_TASKS = ("arc_easy", "arc_challenge", "hellaswag")
 CHOICE_THRESHOLD = 1.0

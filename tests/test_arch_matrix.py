@@ -24,7 +24,15 @@ import torch
 
 from conftest import TEST_DATA
 from evalsweep.checkpoints import resolve_checkpoint
-from evalsweep.demo._matrix import MODEL_TYPES, WINDOW, build_matrix_checkpoint
+from evalsweep.demo._matrix import (
+    MODEL_TYPES,
+    WINDOW,
+    build_matrix_checkpoint,
+    sentencepiece_only,
+    train_sentencepiece,
+    with_bos,
+)
+from evalsweep.demo._matrix import VARIANTS as MATRIX_VARIANTS
 from evalsweep.models import BackendOptions, load_backend
 from evalsweep.models._arch import (
     PLAIN_DECODE,
@@ -58,62 +66,23 @@ def matrix_tokenizer() -> Any:
 
 
 @pytest.fixture(scope="session")
-def bos_tokenizer(matrix_tokenizer: Any, tmp_path_factory: pytest.TempPathFactory) -> Any:
+def bos_tokenizer(matrix_tokenizer: Any) -> Any:
     """The same vocabulary with a distinct BOS token the tokenizer adds to every input."""
-    from tokenizers import processors
-    from transformers import PreTrainedTokenizerFast
-
-    inner = matrix_tokenizer.backend_tokenizer.__class__.from_str(
-        matrix_tokenizer.backend_tokenizer.to_str()
-    )
-    inner.add_special_tokens(["<s>"])
-    bos_id = inner.token_to_id("<s>")
-    inner.post_processor = processors.TemplateProcessing(
-        single="<s> $A", pair="<s> $A <s> $B", special_tokens=[("<s>", bos_id)]
-    )
-    tokenizer = PreTrainedTokenizerFast(
-        tokenizer_object=inner,
-        bos_token="<s>",
-        eos_token=matrix_tokenizer.eos_token,
-        unk_token=matrix_tokenizer.eos_token,
-        model_max_length=2048,
-    )
-    assert tokenizer("a b").input_ids[0] == bos_id
+    tokenizer = with_bos(matrix_tokenizer)
+    assert tokenizer("a b").input_ids[0] == tokenizer.bos_token_id
     return tokenizer
 
 
 @pytest.fixture(scope="session")
 def spm_tokenizer(tmp_path_factory: pytest.TempPathFactory) -> Any:
     """A SentencePiece BPE model (``tokenizer.model`` only), trained on the test slices."""
-    spm = pytest.importorskip("sentencepiece", reason="sentencepiece is not installed")
+    pytest.importorskip("sentencepiece", reason="sentencepiece is not installed")
     from transformers import AutoTokenizer
 
     from evalsweep.demo import corpus_from_data_dir
 
-    folder = tmp_path_factory.mktemp("spm")
-    spm.SentencePieceTrainer.train(
-        sentence_iterator=corpus_from_data_dir(DEMO_DATA, max_lines=2000),
-        model_prefix=str(folder / "tokenizer"),
-        vocab_size=700,
-        model_type="bpe",
-        byte_fallback=True,
-        character_coverage=1.0,
-        # as Llama's: no normaliser, whitespace kept (tests/test_sentencepiece_only.py has more)
-        normalization_rule_name="identity",
-        remove_extra_whitespaces=False,
-        split_digits=True,
-        allow_whitespace_only_pieces=True,
-        unk_id=0,
-        bos_id=1,
-        eos_id=2,
-        pad_id=-1,
-        minloglevel=2,
-    )
-    (folder / "tokenizer.vocab").unlink()
-    (folder / "tokenizer_config.json").write_text(
-        '{"tokenizer_class": "LlamaTokenizer", "bos_token": "<s>", "eos_token": "</s>", '
-        '"unk_token": "<unk>", "add_bos_token": true, "add_eos_token": false, '
-        '"legacy": false, "model_max_length": 2048}'
+    folder = train_sentencepiece(
+        corpus_from_data_dir(DEMO_DATA, max_lines=2000), tmp_path_factory.mktemp("spm")
     )
     tokenizer = AutoTokenizer.from_pretrained(folder)
     assert tokenizer("a b").input_ids[0] == tokenizer.bos_token_id == 1
@@ -138,18 +107,16 @@ def checkpoint_path(name: str, dtype: str, root: Path, request: pytest.FixtureRe
             root / f"{name}-{dtype}", model_type, tokenizer, dtype=dtype, seed=seed
         )
         if name == SPM_LLAMA:  # SentencePiece only: the trained files, no tokenizer.json
-            import shutil
-
-            (path / "tokenizer.json").unlink(missing_ok=True)
-            source = Path(tokenizer.vocab_file).parent
-            for file in ("tokenizer.model", "tokenizer_config.json"):
-                shutil.copyfile(source / file, path / file)
+            sentencepiece_only(path, Path(tokenizer.vocab_file).parent)
         _built[key] = path
     return _built[key]
 
 
-#: Tokenizer variants: name -> (model type, tokenizer fixture).
-VARIANTS = {BOS_LLAMA: ("llama", "bos_tokenizer"), SPM_LLAMA: ("llama", "spm_tokenizer")}
+#: Tokenizer variants (``evalsweep.demo._matrix.VARIANTS``): name -> (model type, fixture).
+_FIXTURES = {BOS_LLAMA: "bos_tokenizer", SPM_LLAMA: "spm_tokenizer"}
+VARIANTS = {
+    name: (model_type, _FIXTURES[name]) for name, (model_type, _) in MATRIX_VARIANTS.items()
+}
 
 
 @pytest.fixture(scope="module")

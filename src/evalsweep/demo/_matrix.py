@@ -194,4 +194,88 @@ def build_matrix_checkpoint(
     return out_dir
 
 
-__all__ = ["MODEL_TYPES", "WINDOW", "build_matrix_checkpoint", "matrix_config"]
+# -- tokenizer variants ------------------------------------------------------------------------
+
+#: Tokenizer variants of the matrix: name -> (model type, what differs from the byte-level BPE).
+VARIANTS = {
+    "llama_bos": ("llama", "a tokenizer that adds a BOS token to every input"),
+    "llama_spm": ("llama", "a SentencePiece-only tokenizer (tokenizer.model, no tokenizer.json)"),
+}
+
+
+def with_bos(tokenizer: Any) -> Any:
+    """The same vocabulary plus a distinct ``<s>`` the tokenizer adds before every input."""
+    from tokenizers import processors
+    from transformers import PreTrainedTokenizerFast
+
+    inner = tokenizer.backend_tokenizer.__class__.from_str(tokenizer.backend_tokenizer.to_str())
+    inner.add_special_tokens(["<s>"])
+    bos_id = inner.token_to_id("<s>")
+    inner.post_processor = processors.TemplateProcessing(
+        single="<s> $A", pair="<s> $A <s> $B", special_tokens=[("<s>", bos_id)]
+    )
+    return PreTrainedTokenizerFast(
+        tokenizer_object=inner,
+        bos_token="<s>",
+        eos_token=tokenizer.eos_token,
+        unk_token=tokenizer.eos_token,
+        model_max_length=2048,
+    )
+
+
+def train_sentencepiece(corpus: Any, folder: Path, vocab_size: int = 700) -> Path:
+    """Train a Llama-style SentencePiece BPE model into ``folder`` (``tokenizer.model`` only).
+
+    As Llama's: byte fallback, no normaliser, whitespace kept, digits split, BOS added.
+    Writes ``tokenizer.model`` and a ``tokenizer_config.json`` naming ``LlamaTokenizer``;
+    needs the ``sentencepiece`` package.
+    """
+    import sentencepiece
+
+    folder.mkdir(parents=True, exist_ok=True)
+    sentencepiece.SentencePieceTrainer.train(
+        sentence_iterator=iter(corpus),
+        model_prefix=str(folder / "tokenizer"),
+        vocab_size=vocab_size,
+        model_type="bpe",
+        byte_fallback=True,
+        character_coverage=1.0,
+        normalization_rule_name="identity",
+        remove_extra_whitespaces=False,
+        split_digits=True,
+        allow_whitespace_only_pieces=True,
+        unk_id=0,
+        bos_id=1,
+        eos_id=2,
+        pad_id=-1,
+        minloglevel=2,
+    )
+    (folder / "tokenizer.vocab").unlink()
+    (folder / "tokenizer_config.json").write_text(
+        '{"tokenizer_class": "LlamaTokenizer", "bos_token": "<s>", "eos_token": "</s>", '
+        '"unk_token": "<unk>", "add_bos_token": true, "add_eos_token": false, '
+        '"legacy": false, "model_max_length": 2048}'
+    )
+    return folder
+
+
+def sentencepiece_only(checkpoint: Path, spm_folder: Path) -> Path:
+    """Make ``checkpoint``'s tokenizer SentencePiece-only: the trained files, no tokenizer.json."""
+    import shutil
+
+    (checkpoint / "tokenizer.json").unlink(missing_ok=True)
+    for file in ("tokenizer.model", "tokenizer_config.json"):
+        shutil.copyfile(spm_folder / file, checkpoint / file)
+    return checkpoint
+
+
+__all__ = [
+    "MODEL_TYPES",
+    "VARIANTS",
+    "WINDOW",
+    "build_matrix_checkpoint",
+    "matrix_config",
+    "sentencepiece_only",
+    "train_sentencepiece",
+    "with_bos",
+]
