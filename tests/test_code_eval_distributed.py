@@ -445,3 +445,24 @@ def test_the_command_takes_a_hash_seed_records_it_and_names_a_bad_one(tmp_path: 
         assert f"Invalid value for '--hash-seed': {bad} is not between 0 and 4294967295" in (
             refused.stderr
         )
+
+
+def test_slices_shrink_toward_the_end_of_a_run_and_keep_every_sample_in_order() -> None:
+    from evalsweep.compute._slices import MIN_TAIL_SAMPLES
+
+    for count, max_samples, spread in ((164, 250, 4), (8200, 250, 4), (1000, 250, 2), (60, 5, 3),
+                                       (300, 250, 1), (7, 250, 8)):  # fmt: skip
+        items = [(i, _request(f"def f():\n    return {i}\n")) for i in range(count)]
+        slices = cut_slices(items, max_samples, spread=spread)
+        assert [item for piece in slices for item in piece] == items
+        sizes = [len(piece) for piece in slices]
+        assert max(sizes) <= max_samples
+        assert sizes == sorted(sizes, reverse=True)  # never a bigger slice after a smaller one
+        left = count
+        for size in sizes:  # each slice: ceil(left / spread), within [tail minimum, max_samples]
+            floor = min(max_samples, MIN_TAIL_SAMPLES, left)
+            assert size == max(floor, min(max_samples, -(-left // spread), left))
+            left -= size
+    # without a spread, every slice but the last is full (the plain cut)
+    items = [(i, _request(f"def f():\n    return {i}\n")) for i in range(164)]
+    assert [len(p) for p in cut_slices(items, 50)] == [50, 50, 50, 14]

@@ -8,7 +8,8 @@ resuming, the results file's order and pass@k are the local run's own code.
 Only where a verdict is computed changes:
 
 * the pending samples are cut into slices (at most 5 MB and a configurable
-  number of samples each; see :mod:`evalsweep.compute._slices`), the slices
+  number of samples each, smaller toward the end of the run so that the last
+  slices end together; see :mod:`evalsweep.compute._slices`), the slices
   expected to take longest first (learned per test as verdicts come back);
 * each slice is judged by ``evalsweep code-eval-slice`` (evalsweep's own
   sandbox) on a worker: over ssh on a host, or in one Ray task per slice with
@@ -39,6 +40,7 @@ from typing import Any, Protocol
 from evalsweep.compute._slices import (
     DEFAULT_SLICE_SAMPLES,
     MAX_SLICE_BYTES,
+    MIN_TAIL_SAMPLES,
     Slice,
     cut_slices,
     encode_slice,
@@ -260,7 +262,10 @@ class DistributedJudge:
             return []
         try:
             pieces = cut_slices(
-                group_by_test(list(enumerate(requests))), self.slice_samples, self.max_slice_bytes
+                group_by_test(list(enumerate(requests))),
+                self.slice_samples,
+                self.max_slice_bytes,
+                spread=self.workers,
             )
         except ValueError as exc:
             raise TargetError(f"cannot cut the samples into slices: {exc}") from None
@@ -454,6 +459,7 @@ class DistributedJudge:
             "path": "distributed",
             "targets": [t.name for t in self.transports],
             "slice_samples": self.slice_samples,
+            "tail_slice_samples": min(self.slice_samples, MIN_TAIL_SAMPLES),
             "max_slice_bytes": self.max_slice_bytes,
             "slices_per_host": self.slices_per_host,
             "hash_seed": self.hash_seed,

@@ -24,6 +24,8 @@ from evalsweep.execution import ExecutionRequest, ExecutionResult, FunctionTest,
 MAX_SLICE_BYTES = 5_000_000
 #: Samples per slice unless the person says otherwise.
 DEFAULT_SLICE_SAMPLES = 250
+#: The smallest slice the shrinking tail of a run cuts (each slice starts a worker: ~1 s).
+MIN_TAIL_SAMPLES = 25
 SLICE_VERSION = 1
 
 #: Worker exit status: this machine cannot start a sandbox (never retried elsewhere blindly).
@@ -123,6 +125,13 @@ def _item_bytes(request: ExecutionRequest) -> int:
     return len(json.dumps(_request_dict(request, {}), ensure_ascii=False).encode()) + 16
 
 
+def _cap(left: int, max_samples: int, spread: int) -> int:
+    """Most samples of the next slice when ``left`` samples are not yet in one."""
+    if spread <= 0:
+        return max_samples
+    return min(max_samples, max(MIN_TAIL_SAMPLES, -(-left // spread)))
+
+
 def _test_bytes(test: FunctionTest) -> int:
     return len(json.dumps(asdict(test), ensure_ascii=False).encode()) + 4
 
@@ -132,8 +141,17 @@ def cut_slices(
     max_samples: int = DEFAULT_SLICE_SAMPLES,
     max_bytes: int = MAX_SLICE_BYTES,
     overhead: int = 4096,
+    spread: int = 0,
 ) -> list[list[tuple[int, ExecutionRequest]]]:
     """Consecutive items in slices of at most ``max_samples`` whose message fits ``max_bytes``.
+
+    With ``spread`` (the slices in flight at once), slices shrink toward the end
+    of the run: each holds at most ``ceil(left / spread)`` samples, ``left`` being
+    the samples not yet in a slice, but never fewer than :data:`MIN_TAIL_SAMPLES`
+    (or ``max_samples`` where that is smaller). The run's last slices then end
+    close together instead of one full slice finishing alone while the other
+    workers wait (guided self-scheduling). Which samples share a slice never
+    changes a verdict.
 
     Raises:
         ValueError: one sample alone (with its test) is larger than ``max_bytes``.
@@ -142,12 +160,14 @@ def cut_slices(
     current: list[tuple[int, ExecutionRequest]] = []
     tests: set[FunctionTest] = set()
     size = overhead
-    for item in items:
+    cap = _cap(len(items), max_samples, spread)
+    for number, item in enumerate(items):
         request = item[1]
         cost = _item_bytes(request)
         if request.test is not None and request.test not in tests:
             cost += _test_bytes(request.test)
-        if current and (len(current) >= max_samples or size + cost > max_bytes):
+        if current and (len(current) >= cap or size + cost > max_bytes):
+            cap = _cap(len(items) - number, max_samples, spread)
             slices.append(current)
             current, tests, size = [], set(), overhead
             cost = _item_bytes(request) + (
