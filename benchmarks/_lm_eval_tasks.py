@@ -426,8 +426,16 @@ def lm_eval_command(
     dtype: str = "float32",
     model: str = "hf",
     device: str = "cpu",
+    softmax_dtype: str | None = None,
 ) -> list[str]:
-    """The lm-eval invocation the benchmarks use (HF backend, CPU, float32 by default)."""
+    """The lm-eval invocation the benchmarks use (HF backend, CPU, float32 by default).
+
+    ``softmax_dtype`` is lm-eval's model argument of that name: the dtype of its
+    log-softmax (default: the model's, so bfloat16 sums log-probabilities in bfloat16).
+    """
+    model_args = f"pretrained={checkpoint},dtype={dtype}"
+    if softmax_dtype:
+        model_args += f",softmax_dtype={softmax_dtype}"
     cmd = [
         sys.executable,
         "-m",
@@ -435,7 +443,7 @@ def lm_eval_command(
         "--model",
         model,
         "--model_args",
-        f"pretrained={checkpoint},dtype={dtype}",
+        model_args,
         "--device",
         device,
         "--tasks",

@@ -434,6 +434,13 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--mmlu-limit", type=int, default=10, help="first N rows per subject")
     parser.add_argument("--gsm8k-limit", type=int, default=50, help="first N test problems")
     parser.add_argument("--num-fewshot", type=int, default=5)
+    parser.add_argument(
+        "--lm-eval-softmax-dtype",
+        choices=("float32",),
+        default=None,
+        help="lm-eval's softmax_dtype model argument (default: the model's dtype; evalsweep "
+        "takes the log-softmax in float32 whatever the model's dtype)",
+    )
     parser.add_argument("--lm-eval-batch-size", default="1")
     parser.add_argument("--evalsweep-batch-size", default=None, help="default: evalsweep's own")
     parser.add_argument("--data-dir", type=Path, default=DEFAULT_DATA_DIR)
@@ -574,6 +581,7 @@ def run_parity(args: argparse.Namespace, work: Path) -> tuple[bool, list[str], d
         cmd = lm_eval_command(
             ckpt, PREFIX + task, include, lm_out, limit=limits[task],
             num_fewshot=shots[task], batch_size=args.lm_eval_batch_size, dtype=args.dtype,
+            softmax_dtype=args.lm_eval_softmax_dtype,
         )  # fmt: skip
         measured = run_measured(cmd, work / f"lm_eval-{task}.log")
         print(f"lm-eval   {task:<6} {measured.wall_s:7.1f} s  rc={measured.returncode}")
