@@ -100,6 +100,7 @@ def test_slices_on_an_ssh_host_give_the_local_run_byte_for_byte(
     record = ran.record
     assert record["path"] == "distributed" and record["targets"] == ["box"]
     assert record["slices"] == 4 and record["slices_retried"] == 0  # 20 samples, 5 a slice
+    assert record["slices_at_once"] == 2 and record["tail_slice_samples"] == 5
     assert sum("code-eval-slice" in text for text in audited) == 5  # 4 slices and the probe
     worker = record["workers"][0]
     assert worker["versions"]["python"] and worker["versions"]["evalsweep"]

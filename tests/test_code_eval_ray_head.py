@@ -193,6 +193,7 @@ def test_code_eval_and_run_on_the_cluster_with_the_token_as_an_evalsweep_secret(
     document = json.loads(remote.stdout)
     assert document["execution"]["path"] == "distributed"
     assert document["execution"]["slices"] == 5 and document["execution"]["slices_retried"] == 0
+    assert document["execution"]["slices_at_once"] == 2  # the head's 2 CPUs, 1 CPU a slice
     assert document["execution"]["setup"][0]["auth"] == "evalsweep secret RAY_TOKEN"
     import ray
 

@@ -9,8 +9,9 @@ Only where a verdict is computed changes:
 
 * the pending samples are cut into slices (at most 5 MB and a configurable
   number of samples each, smaller toward the end of the run so that the last
-  slices end together; see :mod:`evalsweep.compute._slices`), the slices
-  expected to take longest first (learned per test as verdicts come back);
+  slices the targets run at once end together; see
+  :mod:`evalsweep.compute._slices`), the slices expected to take longest first
+  (learned per test as verdicts come back);
 * each slice is judged by ``evalsweep code-eval-slice`` (evalsweep's own
   sandbox) on a worker: over ssh on a host, or in one Ray task per slice with
   its CPU request; at most ``slices_per_host`` slices are in flight per host;
@@ -83,6 +84,10 @@ class SliceTransport(Protocol):
 
     def slots(self) -> int:
         """Slices that may be in flight here at once."""
+        ...
+
+    def parallel(self) -> int:
+        """Slices that actually run at once here (at most ``slots``; the rest wait queued)."""
         ...
 
     def vcpus_per_slice(self) -> float:
@@ -185,6 +190,10 @@ class DistributedJudge:
     def workers(self) -> int:
         return sum(transport.slots() for transport in self.transports)
 
+    def parallel(self) -> int:
+        """Slices the targets run at once (the rest of the ``workers`` slots wait queued)."""
+        return sum(transport.parallel() for transport in self.transports)
+
     def start(self) -> SandboxReport:
         """Reach every target and judge an empty slice there: its sandbox layers are the report.
 
@@ -265,7 +274,7 @@ class DistributedJudge:
                 group_by_test(list(enumerate(requests))),
                 self.slice_samples,
                 self.max_slice_bytes,
-                spread=self.workers,
+                spread=self.parallel(),
             )
         except ValueError as exc:
             raise TargetError(f"cannot cut the samples into slices: {exc}") from None
@@ -460,6 +469,7 @@ class DistributedJudge:
             "targets": [t.name for t in self.transports],
             "slice_samples": self.slice_samples,
             "tail_slice_samples": min(self.slice_samples, MIN_TAIL_SAMPLES),
+            "slices_at_once": self.parallel() if self._report is not None else None,
             "max_slice_bytes": self.max_slice_bytes,
             "slices_per_host": self.slices_per_host,
             "hash_seed": self.hash_seed,

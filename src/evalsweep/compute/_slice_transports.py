@@ -174,6 +174,9 @@ class SSHSlices:
     def slots(self) -> int:
         return self.slices_per_host
 
+    def parallel(self) -> int:
+        return self.slices_per_host  # each slice is a process of its own on the host
+
     def vcpus_per_slice(self) -> float:
         return float(self.target_cpus) / self.slices_per_host if self.target_cpus else 1.0
 
@@ -299,6 +302,7 @@ class RaySlices:
         self.name = target.name
         self.slices_per_host = slices_per_host
         self._nodes = 1
+        self._parallel = 1
         self._lock = threading.Lock()
         self._refs: set[Any] = set()
 
@@ -307,6 +311,7 @@ class RaySlices:
 
         setup = self.target._connect(self.runner)
         self._nodes = max(1, int(setup.get("nodes", 1)))
+        self._parallel = _ray_parallel(float(self.target.num_cpus), self.slots())
         self._remote = ray.remote(ray_slice_task).options(
             num_cpus=self.target.num_cpus, max_retries=0, num_returns="streaming"
         )
@@ -314,6 +319,9 @@ class RaySlices:
 
     def slots(self) -> int:
         return self.slices_per_host * self._nodes
+
+    def parallel(self) -> int:
+        return self._parallel
 
     def vcpus_per_slice(self) -> float:
         return float(self.target.num_cpus)
@@ -382,6 +390,20 @@ class RaySlices:
         for ref in refs:
             with contextlib.suppress(Exception):  # best effort while stopping
                 ray.cancel(ref, force=True)
+
+
+def _ray_parallel(num_cpus: float, slots: int) -> int:
+    """Slice tasks the cluster runs at once: each alive node's CPUs // a task's, at most ``slots``.
+
+    A head started with no CPUs counts for none; a task asking for no CPU runs ``slots``.
+    """
+    import ray
+
+    if num_cpus <= 0:
+        return slots
+    nodes = [n for n in ray.nodes() if n.get("Alive")]  # type: ignore[no-untyped-call]
+    fits = sum(int(float(n.get("Resources", {}).get("CPU", 0)) // num_cpus) for n in nodes)
+    return max(1, min(slots, fits))
 
 
 def make_transport(target: Any, runner: CommandRunner, slices_per_host: int) -> Any:
