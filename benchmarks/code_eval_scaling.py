@@ -181,6 +181,8 @@ class Run:
     retried: dict[str, int] = field(default_factory=dict)
     killed: list[int] = field(default_factory=list)
     differences: list[str] = field(default_factory=list)
+    per_file: dict[str, float] = field(default_factory=dict)  # wall seconds of each file
+    slices: int = 0
 
     @property
     def slices_retried(self) -> int:
@@ -221,6 +223,8 @@ def run_files(
             if store is not None:
                 store.close()
         run.wall += time.monotonic() - began
+        run.per_file[name] = round(time.monotonic() - began, 1)
+        run.slices += int(ran.record.get("slices", 0))
         run.samples += ran.result.n_samples
         run.cpu += ran.cost.cpu_seconds
         run.cost += ran.cost.cost() or 0.0
