@@ -292,8 +292,11 @@ def ray_slice_task(payload: bytes) -> Iterator[list[str]]:
 class RaySlices:
     """Slices judged on a Ray cluster: one Ray task per slice with its CPU request.
 
-    Ray places the tasks; evalsweep only keeps ``slices_per_host`` x alive nodes
-    in flight so that retried slices are not queued behind the whole run.
+    Ray places the tasks. evalsweep keeps in flight only the slices the cluster
+    can start at once (on each alive node its CPUs over a slice's, at most
+    ``slices_per_host``): a task queued in Ray waits for the node it was placed
+    on while another node may free first, and a retried slice would wait behind
+    every queued one.
     """
 
     def __init__(self, target: Any, runner: CommandRunner, slices_per_host: int = 2) -> None:
@@ -301,8 +304,7 @@ class RaySlices:
         self.runner = runner
         self.name = target.name
         self.slices_per_host = slices_per_host
-        self._nodes = 1
-        self._parallel = 1
+        self._slots = 1
         self._lock = threading.Lock()
         self._refs: set[Any] = set()
 
@@ -310,18 +312,17 @@ class RaySlices:
         import ray
 
         setup = self.target._connect(self.runner)
-        self._nodes = max(1, int(setup.get("nodes", 1)))
-        self._parallel = _ray_parallel(float(self.target.num_cpus), self.slots())
+        self._slots = _ray_slots(float(self.target.num_cpus), self.slices_per_host)
         self._remote = ray.remote(ray_slice_task).options(
             num_cpus=self.target.num_cpus, max_retries=0, num_returns="streaming"
         )
-        return setup
+        return {**setup, "slices_at_once": self._slots}
 
     def slots(self) -> int:
-        return self.slices_per_host * self._nodes
+        return self._slots
 
     def parallel(self) -> int:
-        return self._parallel
+        return self._slots
 
     def vcpus_per_slice(self) -> float:
         return float(self.target.num_cpus)
@@ -392,18 +393,17 @@ class RaySlices:
                 ray.cancel(ref, force=True)
 
 
-def _ray_parallel(num_cpus: float, slots: int) -> int:
-    """Slice tasks the cluster runs at once: each alive node's CPUs // a task's, at most ``slots``.
-
-    A head started with no CPUs counts for none; a task asking for no CPU runs ``slots``.
+def _ray_slots(num_cpus: float, per_node: int) -> int:
+    """Slice tasks the cluster starts at once: on each alive node min(its CPUs // a slice's,
+    ``per_node``); a head started with no CPUs runs none; at least 1.
     """
     import ray
 
-    if num_cpus <= 0:
-        return slots
     nodes = [n for n in ray.nodes() if n.get("Alive")]  # type: ignore[no-untyped-call]
-    fits = sum(int(float(n.get("Resources", {}).get("CPU", 0)) // num_cpus) for n in nodes)
-    return max(1, min(slots, fits))
+    if num_cpus <= 0:
+        return max(1, per_node * len(nodes))
+    cpus = [float(n.get("Resources", {}).get("CPU", 0)) for n in nodes]
+    return max(1, sum(min(per_node, int(c // num_cpus)) for c in cpus))
 
 
 def make_transport(target: Any, runner: CommandRunner, slices_per_host: int) -> Any:
