@@ -222,8 +222,9 @@ def run_files(
         finally:
             if store is not None:
                 store.close()
-        run.wall += time.monotonic() - began
-        run.per_file[name] = round(time.monotonic() - began, 1)
+        took = time.monotonic() - began
+        run.wall += took
+        run.per_file[name] = round(took, 1)
         run.slices += int(ran.record.get("slices", 0))
         run.samples += ran.result.n_samples
         run.cpu += ran.cost.cpu_seconds

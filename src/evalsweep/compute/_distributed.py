@@ -83,11 +83,7 @@ class SliceTransport(Protocol):
         ...
 
     def slots(self) -> int:
-        """Slices that may be in flight here at once."""
-        ...
-
-    def parallel(self) -> int:
-        """Slices that actually run at once here (at most ``slots``; the rest wait queued)."""
+        """Slices in flight here at once: as many as the workers start at once, no more."""
         ...
 
     def vcpus_per_slice(self) -> float:
@@ -190,10 +186,6 @@ class DistributedJudge:
     def workers(self) -> int:
         return sum(transport.slots() for transport in self.transports)
 
-    def parallel(self) -> int:
-        """Slices the targets run at once (the rest of the ``workers`` slots wait queued)."""
-        return sum(transport.parallel() for transport in self.transports)
-
     def start(self) -> SandboxReport:
         """Reach every target and judge an empty slice there: its sandbox layers are the report.
 
@@ -274,7 +266,7 @@ class DistributedJudge:
                 group_by_test(list(enumerate(requests))),
                 self.slice_samples,
                 self.max_slice_bytes,
-                spread=self.parallel(),
+                spread=self.workers,
             )
         except ValueError as exc:
             raise TargetError(f"cannot cut the samples into slices: {exc}") from None
@@ -469,7 +461,7 @@ class DistributedJudge:
             "targets": [t.name for t in self.transports],
             "slice_samples": self.slice_samples,
             "tail_slice_samples": min(self.slice_samples, MIN_TAIL_SAMPLES),
-            "slices_at_once": self.parallel() if self._report is not None else None,
+            "slices_at_once": self.workers if self._report is not None else None,
             "max_slice_bytes": self.max_slice_bytes,
             "slices_per_host": self.slices_per_host,
             "hash_seed": self.hash_seed,

@@ -172,9 +172,6 @@ class SSHSlices:
         return self.target.prepare(self.runner, _Notes())
 
     def slots(self) -> int:
-        return self.slices_per_host
-
-    def parallel(self) -> int:
         return self.slices_per_host  # each slice is a process of its own on the host
 
     def vcpus_per_slice(self) -> float:
@@ -319,9 +316,6 @@ class RaySlices:
         return {**setup, "slices_at_once": self._slots}
 
     def slots(self) -> int:
-        return self._slots
-
-    def parallel(self) -> int:
         return self._slots
 
     def vcpus_per_slice(self) -> float:
