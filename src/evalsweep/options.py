@@ -21,6 +21,7 @@ when it starts.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -66,6 +67,9 @@ class Option:
             argv and from an agent alike.
         maximum: the largest value (numbers only), likewise. A float is also finite.
         agent_maximum: a lower ceiling for an agent's value (what one quote may ask).
+        pattern: the whole form a text value must have (a regular expression), on the
+            command line, in a written argv and from an agent alike; ``pattern_help``
+            says it in words.
     """
 
     name: str
@@ -81,6 +85,8 @@ class Option:
     minimum: float | None = None
     maximum: float | None = None
     agent_maximum: float | None = None
+    pattern: str | None = None
+    pattern_help: str = ""
     short: str | None = None
     envvar: str | None = None
     show_default: bool = False
@@ -121,8 +127,10 @@ OPTIONS: tuple[Option, ...] = (
     _o("backend", "--backend", "text", "hf", "Model backend: hf (transformers), vllm (in "
        "process) or openai (a server's /v1 API).", "spec", show_default=True),
     _o("device", "--device", "text", "auto", "cpu, cuda, cuda:N or auto.", "backend",
-       show_default=True, agent="gpu", agent_help="On 'local' only: the device, cpu, cuda "
-       "or cuda:N (default: what is there). Other targets run on their configured hardware."),
+       show_default=True, pattern=r"auto|cpu|cuda|cuda:[0-9]{1,3}",
+       pattern_help="auto, cpu, cuda or cuda:N", agent="gpu",
+       agent_help="On 'local' only: the device, cpu, cuda or cuda:N (default: what is "
+       "there). Other targets run on their configured hardware."),
     _o("dtype", "--dtype", "text", "auto", "auto, float32, float16 or bfloat16.", "backend",
        show_default=True),
     _o("batch_size", "--batch-size", "batch", None, "Rows per batch, or auto.", "backend",
@@ -271,6 +279,21 @@ def number_problem(option: Option, value: Any, *, agent: bool = False) -> str | 
     return None
 
 
+def text_problem(option: Option, value: Any) -> str | None:
+    """What is wrong with ``value`` for a text option that declares a ``pattern`` (its whole
+    form), or ``None``; the value itself is never repeated (it may hold anything)."""
+    if option.pattern is None or value is None:
+        return None
+    if not isinstance(value, str) or re.fullmatch(option.pattern, value) is None:
+        return f"must be {option.pattern_help}"
+    return None
+
+
+def value_problem(option: Option, value: Any) -> str | None:
+    """The one check of a value of ``option``: its number bounds or its text form."""
+    return number_problem(option, value) or text_problem(option, value)
+
+
 def _written(option: Option, value: Any) -> list[str]:
     """``option`` with ``value`` as command-line words; nothing for its default."""
     if option.kind == "flag":
@@ -402,7 +425,7 @@ def build_spec(checkpoints: Sequence[str], values: Mapping[str, Any]) -> SweepSp
     for each in OPTIONS:
         if each.lands in parts:
             value = values.get(each.name, each.default)
-            problem = number_problem(each, value)
+            problem = value_problem(each, value)
             if problem:
                 raise ConfigError(f"{each.flag} {problem}")
             if each.kind in ("folder", "file") and value is not None:
@@ -486,7 +509,7 @@ def to_argv(spec: SweepSpec, *, baseline: str | None = None) -> list[str]:
         if each.name == "tasks":
             argv += [each.flag, tasks_value(values["tasks"])]
             continue
-        problem = number_problem(each, values[each.name])
+        problem = value_problem(each, values[each.name])
         words = _written(each, values[each.name])
         if problem is None and any("\x00" in word for word in words):
             problem = "holds a NUL, which no command line can carry"

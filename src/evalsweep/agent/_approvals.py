@@ -17,13 +17,37 @@ from typing import Any
 from evalsweep.agent._quotes import GateError, Quote, consume, load_quote, mark_approved
 from evalsweep.store import Store
 
+#: Most characters of a refused call's arguments kept in its audit entry (the count is kept
+#: beside them when there were more).
+MAX_RECEIVED = 65_536
+
 
 def refuse(store: Store, quote_id: str | None, target: str | None, message: str) -> GateError:
-    """Audit a refusal and return the error to raise."""
-    store.audit_event(
-        "refusal", message, target=target, detail={"quote": quote_id} if quote_id else {}
-    )
-    return GateError(message)
+    """The error to raise for a refusal (``store``: where it will be audited). It is audited
+    once, where the refused call came in (:func:`audit_refusal`, called by the MCP server
+    for every refused call and by ``evalsweep approve``), never here: one choke point."""
+    del store  # audited by the entry point, with the exact text it received
+    return GateError(message, quote_id, target)
+
+
+def audit_refusal(
+    store: Store,
+    message: str,
+    *,
+    received: str,
+    tool: str,
+    quote_id: str | None = None,
+    target: str | None = None,
+) -> None:
+    """Write one refusal to the audit log: the one line the caller was told, the exact text
+    received (``received``, as ASCII-escaped JSON or argv), the tool or command, the quote
+    and target it was about."""
+    detail: dict[str, Any] = {"tool": tool, "received": received[:MAX_RECEIVED]}
+    if len(received) > MAX_RECEIVED:
+        detail["received_chars"] = len(received)
+    if quote_id:
+        detail["quote"] = quote_id
+    store.audit_event("refusal", message, target=target, detail=detail)
 
 
 def check_gate(

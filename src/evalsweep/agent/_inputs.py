@@ -8,8 +8,11 @@ not confirm it. Values that are echoed anywhere are shortened by ``shown``.
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
+from evalsweep import text
 from evalsweep.agent._secrets import MIN_LENGTH
 from evalsweep.errors import EvalsweepError
 
@@ -23,7 +26,9 @@ SHOWN_CHARS = 80
 TASK_NAME = re.compile(r"^[a-z0-9][a-z0-9_]{0,127}$")
 QUOTE_ID = re.compile(r"^q-[0-9a-f]{10}$")
 JOB_ID = re.compile(r"^j-[0-9a-f]{10}$")
-CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+#: Most strings (and most nested values) one tool call may carry.
+MAX_STRINGS = 1024
+MAX_DEPTH = 8
 
 
 class InputError(EvalsweepError):
@@ -38,14 +43,48 @@ def shown(value: Any, limit: int = SHOWN_CHARS) -> str:
     return f"{text[:limit]}... ({len(text)} characters)"
 
 
+def boundary_problem(arguments: dict[str, Any]) -> str | None:
+    """The first string of a tool call (at any depth, argument names too) that the text rule
+    (:mod:`evalsweep.text`) refuses, as ``label problem``; ``None`` when every one passes.
+    The MCP server asks this once for every call, before the tool or its schema sees it."""
+    count = 0
+
+    def walk(value: Any, label: str, depth: int) -> str | None:
+        nonlocal count
+        if depth > MAX_DEPTH:
+            return f"{label} nests deeper than {MAX_DEPTH} levels"
+        if isinstance(value, str):
+            count += 1
+            if count > MAX_STRINGS:
+                return f"the call carries more than {MAX_STRINGS} strings"
+            found = text.problem(value)
+            return None if found is None else f"{label} {found}"
+        items: list[tuple[Any, str]] = []
+        if isinstance(value, list | tuple):
+            items = [(item, f"{label}[{index}]") for index, item in enumerate(value)]
+        elif isinstance(value, dict):
+            for key, item in value.items():
+                name = str(key)
+                found = text.problem(name, max_chars=128)
+                if found is not None:
+                    return f"an argument name in {label or 'the call'} {found}"
+                items.append((item, f"{label}.{name}" if label else name))
+        for item, where in items:
+            found = walk(item, where, depth + 1)
+            if found is not None:
+                return found
+        return None
+
+    return walk(arguments, "", 0)
+
+
 def check_reference(reference: str, label: str) -> None:
+    text.check(reference, label, max_chars=MAX_REFERENCE_BYTES)
     encoded = reference.encode("utf-8", errors="surrogatepass")
     if not reference.strip():
         raise InputError(f"{label} is empty")
     if len(encoded) > MAX_REFERENCE_BYTES:
         raise InputError(f"{label} is longer than {MAX_REFERENCE_BYTES} bytes")
-    if CONTROL.search(reference):
-        raise InputError(f"{label} contains a control character (a newline, tab or NUL)")
     if reference.startswith("-"):
         raise InputError(f"{label} starts with '-'; name a folder that does as ./-...")
     for part in reference.split("/"):
@@ -55,9 +94,13 @@ def check_reference(reference: str, label: str) -> None:
             )
 
 
-def check_sweep(checkpoints: list[str], tasks: list[str]) -> None:
+def check_sweep(
+    checkpoints: list[str], tasks: list[str], task_dirs: Sequence[Path] = ()
+) -> list[str]:
     """Refuse references and task names no sweep should be quoted for (an option's bounds
-    are checked by ``_options.check_bounds``, from the option's definition)."""
+    are checked by ``_options.check_bounds``, from the option's definition). Returns the
+    tasks as the job names them: a built-in task's name, or the real path of a task file
+    in one of ``task_dirs`` (the folders the person's ``[agent] task_dirs`` names)."""
     if not checkpoints:
         raise InputError("checkpoints is empty: name at least one checkpoint")
     if len(checkpoints) > MAX_CHECKPOINTS:
@@ -70,30 +113,69 @@ def check_sweep(checkpoints: list[str], tasks: list[str]) -> None:
         raise InputError("tasks is empty: name at least one task (see list_tasks)")
     if len(tasks) > MAX_TASKS:
         raise InputError(f"tasks has {len(tasks)} entries; at most {MAX_TASKS}")
-    from evalsweep.tasks import get_task
+    resolved = [agent_task(name, f"tasks[{index}]", task_dirs) for index, name in enumerate(tasks)]
+    if len(set(resolved)) != len(resolved):
+        raise InputError("tasks names the same task twice")
+    return resolved
+
+
+def allowed_task_files(task_dirs: Sequence[Path]) -> list[str]:
+    """The real paths of the task files directly in ``task_dirs``, sorted (none elsewhere)."""
     from evalsweep.tasks.custom import is_task_file
 
-    for index, name in enumerate(tasks):
-        if is_task_file(name):  # a task file, checked as a path is, then loaded
-            check_reference(name, f"tasks[{index}]")
-            try:
-                get_task(name)
-            except EvalsweepError:
-                raise InputError(
-                    f"tasks[{index}] is not a task file evalsweep can load (evalsweep run says why)"
-                ) from None
-            continue
-        if not TASK_NAME.match(name):
+    found = set()
+    for folder in task_dirs:
+        for path in folder.iterdir():
+            real = path.resolve()
+            if is_task_file(path.name) and real.is_file() and real.is_relative_to(folder):
+                found.add(str(real))
+    return sorted(found)
+
+
+def agent_task(name: str, label: str, task_dirs: Sequence[Path]) -> str:
+    """The task an agent named, as the job names it: a built-in task's name, or the real
+    path of a task file inside one of ``task_dirs`` (named by its task name, or by its
+    absolute path). Anything else, a task file anywhere else included, is refused: a task
+    file is the person's, never the agent's."""
+    from evalsweep.tasks import builtin_task, get_task
+    from evalsweep.tasks.custom import TASK_FILE_SUFFIXES, is_task_file
+
+    text.check(name, label, max_chars=MAX_REFERENCE_BYTES)
+    if TASK_NAME.match(name) and builtin_task(name):
+        return name
+    where = (
+        "task files are taken only from the folders the person's configuration names in "
+        "[agent] task_dirs"
+        + (f" ({', '.join(str(d) for d in task_dirs)})" if task_dirs else "; it names none")
+    )
+    candidates: list[Path] = []
+    if is_task_file(name):
+        if not Path(name).is_absolute():
             raise InputError(
-                f"tasks[{index}] is not a task name (lower-case letters, digits and _; "
-                "see list_tasks) or a task file (.yaml, .yml, .toml)"
+                f"{label} is not a built-in task; a task file is named by its "
+                f"absolute path or its task name, and {where}"
             )
+        candidates = [Path(name)]
+    elif TASK_NAME.match(name):
+        candidates = [d / f"{name}{suffix}" for d in task_dirs for suffix in TASK_FILE_SUFFIXES]
+    else:
+        raise InputError(
+            f"{label} is not a task name (lower-case letters, digits and _; see list_tasks)"
+        )
+    for candidate in candidates:
+        real = candidate.resolve()
+        if not real.is_file():
+            continue
+        if not any(real.is_relative_to(folder) for folder in task_dirs):
+            raise InputError(f"{label} is a task file outside the allowed folders: {where}")
         try:
-            get_task(name)
+            get_task(str(real))
         except EvalsweepError:
-            raise InputError(f"tasks[{index}] is not a known task (see list_tasks)") from None
-    if len(set(tasks)) != len(tasks):
-        raise InputError("tasks names the same task twice")
+            raise InputError(
+                f"{label} is not a task file evalsweep can load (evalsweep run says why)"
+            ) from None
+        return str(real)
+    raise InputError(f"{label} is not a known task (see list_tasks); {where}")
 
 
 def check_id(value: str, pattern: re.Pattern[str], what: str) -> None:

@@ -95,25 +95,34 @@ class Jobs:
     def new_id() -> str:
         return "j-" + secrets.token_hex(5)
 
-    def reserve(
-        self, item: str, connection: str, target: str, rate: float, estimate: float, kind: str
-    ) -> ledger.Reservation:
-        """Reserve the worst case of new work against both limits (see ``_ledger``).
+    def reserve(self, item: str, connection: str, quote: Quote, kind: str) -> ledger.Reservation:
+        """Reserve the worst case of ``quote``'s work against both limits (see ``_ledger``),
+        never more than the worst case the quote showed (what the person approved).
 
         Raises:
             GateError: when the limits are not set for paid work, or do not leave
-                enough for the estimate after what is spent and reserved.
+                enough for the estimate after what is spent and reserved, or the quote's
+                worst case is less than its estimate (the limits had no room when it was
+                quoted): quote again.
         """
+        approved = float(quote.preview.get("max_cost", 0.0))
+        if quote.hourly_rate > 0 and approved < quote.estimated_cost:
+            raise GateError(
+                f"quote {quote.quote_id} showed a worst case of ${approved:.4f}, less than its "
+                f"estimate ${quote.estimated_cost:.4f} (the spend limits had no room when it "
+                "was quoted); the work would be stopped before it finishes: quote again"
+            )
         try:
             return ledger.reserve(
                 self.store,
                 item,
                 kind=kind,
                 connection=connection,
-                target=target,
-                hourly_rate=rate,
+                target=quote.target,
+                hourly_rate=quote.hourly_rate,
                 limits=self.settings.ledger_limits(),
-                needed_usd=estimate,
+                needed_usd=quote.estimated_cost,
+                cap_usd=approved,
             )
         except ledger.BudgetError as exc:
             raise GateError(str(exc)) from None
@@ -233,8 +242,10 @@ class Jobs:
                 ended = log.stat().st_mtime if log.exists() else time.time()
                 self._finish(job_id, "lost", "its supervising process disappeared", ended)
                 job = self.row(job_id)
-        if job["status"] != "running" and job["audit_id"]:
-            self._close_audit(job)
+        if job["status"] != "running":
+            self._settle(job)
+            if job["audit_id"]:
+                self._close_audit(job)
         return job
 
     def _close_audit(self, job: dict[str, Any]) -> None:
@@ -334,21 +345,47 @@ class Jobs:
         job = self.refresh(job_id)
         if job["status"] != "running":
             return False
-        self._finish(job_id, status, reason, None)
+        pid, start = job["pid"], job["pid_start"]
+        if not (pid and self._alive(pid, start)):
+            self._finish(job_id, status, reason, None)
+            return True
+        # Billing ends when the job has stopped, not when it was asked to: its ledger item
+        # stays open (its reservation cut to what it may spend while it stops) until its
+        # supervisor records the exit, or the kill below is sent.
+        with self.store.connection:
+            self.store.connection.execute(
+                "UPDATE agent_jobs SET status = ?, reason = ? WHERE job_id = ? "
+                "AND status = 'running'",
+                (status, reason, job_id),
+            )
+        ledger.stopping(self.store, job_id, KILL_GRACE_S)
         self.store.audit_event(
             "stop", f"stop job {job_id}: {reason}", target=job["target"], detail={"job": job_id}
         )
-        pid, start = job["pid"], job["pid_start"]
-        if pid and self._alive(pid, start):
-            _signal_group(pid, signal.SIGTERM)
-            timer = threading.Timer(KILL_GRACE_S, self._kill_if_alive, (pid, start))
-            timer.daemon = True
-            timer.start()
+        _signal_group(pid, signal.SIGTERM)
+        timer = threading.Timer(KILL_GRACE_S, self._kill_if_alive, (job_id, pid, start))
+        timer.daemon = True
+        timer.start()
         return True
 
-    def _kill_if_alive(self, pid: int, start: str | None) -> None:
+    def _kill_if_alive(self, job_id: str, pid: int, start: str | None) -> None:
+        """The end of a stop's grace: kill the job's group if it is still there, and end its
+        billing now (its supervisor, killed too, cannot record it)."""
         if _same_process(pid, start):
             _signal_group(pid, signal.SIGKILL)
+            with Store(self.store.path) as own:  # this runs in the timer's thread
+                ledger.close_item(own, job_id)
+
+    def _settle(self, job: dict[str, Any]) -> None:
+        """End the billing of a job that is no longer running whose process has gone
+        without recording its end (its supervisor was killed): at its log's last write."""
+        open_item = self.store.connection.execute(
+            "SELECT 1 FROM agent_ledger WHERE item = ? AND ended IS NULL", (job["job_id"],)
+        ).fetchone()
+        if open_item and not self._alive(job["pid"], job["pid_start"]):
+            log = Path(job["log_path"])
+            ended = max(log.stat().st_mtime if log.exists() else 0.0, job["ended"] or 0.0)
+            ledger.close_item(self.store, job["job_id"], ended or time.time())
 
     def _finish(self, job_id: str, status: str, reason: str, ended: float | None) -> None:
         ended = ended or time.time()
@@ -389,17 +426,24 @@ class Jobs:
             ledger.close_item(self.store, item)
             messages.append(f"{item}: stopped, {why}")
         ledger.charge(self.store)
-        while (over := self._over_limit()) is not None:
+        stopped: set[str] = set()
+        while (over := self._over_limit(stopped)) is not None:
             (item, kind, _conn, target, _rate, _started), why = over
+            stopped.add(item)
             if kind == "job":
-                self.cancel(item, status="stopped", reason=why)
-            elif stop_machine is not None:
-                stop_machine(target, why)
-            ledger.close_item(self.store, item)
+                # Its item stays open, cut to what it may spend while it stops.
+                if not self.cancel(item, status="stopped", reason=why):
+                    ledger.stopping(self.store, item, KILL_GRACE_S)
+            else:
+                if stop_machine is not None:
+                    stop_machine(target, why)
+                ledger.close_item(self.store, item)
             messages.append(f"{item}: stopped, {why}")
         return messages
 
-    def _over_limit(self) -> tuple[tuple[str, str, str, str, float, float], str] | None:
+    def _over_limit(
+        self, stopped: set[str]
+    ) -> tuple[tuple[str, str, str, str, float, float], str] | None:
         """The newest priced item to stop when what is spent and reserved exceeds a limit.
 
         Every item's reservation fits the limits when it starts, so this happens only
@@ -408,7 +452,7 @@ class Jobs:
         s = self.settings
         now = time.time()
         since = now - s.global_window_days * 86400
-        priced = [i for i in ledger.open_items(self.store) if i[4] > 0]
+        priced = [i for i in ledger.open_items(self.store) if i[4] > 0 and i[0] not in stopped]
         if not priced:
             return None
         if ledger.committed(self.store, since=since, now=now, overrun=False) > s.global_usd + 1e-9:

@@ -102,8 +102,10 @@ def reserve(
     hourly_rate: float,
     limits: Limits,
     needed_usd: float,
+    cap_usd: float | None = None,
 ) -> Reservation:
-    """Open ``item`` with its worst case reserved; its deadline is what the limits leave.
+    """Open ``item`` with its worst case reserved; its deadline is what the limits leave,
+    and never more than ``cap_usd`` buys (the worst case the person approved).
 
     Raises:
         BudgetError: when paid work has no limits configured, or when what the
@@ -135,6 +137,8 @@ def reserve(
                     f"${everyone:.4f} of ${limits.global_usd:.2f}"
                 )
             seconds = min(seconds, free / hourly_rate * 3600.0)
+            if cap_usd is not None:
+                seconds = min(seconds, max(cap_usd, 0.0) / hourly_rate * 3600.0)
         reserved = hourly_rate * seconds / 3600.0
         conn.execute(
             "INSERT INTO agent_ledger (item, kind, connection, target, hourly_rate, started, "
@@ -161,6 +165,19 @@ def close_item(store: Store, item: str, ended: float | None = None) -> None:
             (ended or time.time(), item),
         )
     charge(store)
+
+
+def stopping(store: Store, item: str, grace_s: float) -> None:
+    """``item`` has been asked to stop: it stays open (billed until it has really stopped),
+    its reservation and deadline cut to what it may still spend within ``grace_s``."""
+    now = time.time()
+    with store.connection:
+        store.connection.execute(
+            "UPDATE agent_ledger SET deadline = MIN(COALESCE(deadline, ?), ?), "
+            "reserved = MIN(reserved, hourly_rate * (? - started) / 3600.0) "
+            "WHERE item = ? AND ended IS NULL",
+            (now + grace_s, now + grace_s, now + grace_s, item),
+        )
 
 
 def charge(store: Store, now: float | None = None) -> None:

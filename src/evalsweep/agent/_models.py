@@ -12,6 +12,7 @@ class TaskInfo(BaseModel):
     version: str
     num_fewshot: int
     metrics: list[str]
+    file: str | None = None  # a task file of an allowed folder: its real path
 
 
 class TaskList(BaseModel):

@@ -21,7 +21,18 @@ from evalsweep.store import Store
 
 
 class GateError(EvalsweepError):
-    """The approval gate refused: no quote, a used, expired or changed one, no approval."""
+    """The approval gate refused: no quote, a used, expired or changed one, no approval.
+
+    ``quote_id`` and ``target``: what the refusal was about, for its audit entry (written
+    where the refused call came in: the MCP server's ``call_tool``, ``evalsweep approve``).
+    """
+
+    def __init__(
+        self, message: str, quote_id: str | None = None, target: str | None = None
+    ) -> None:
+        super().__init__(message)
+        self.quote_id = quote_id
+        self.target = target
 
 
 @dataclass(frozen=True)

@@ -18,10 +18,11 @@ from typing import Any
 import anyio
 from mcp.server import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError, UnexpectedToolError
-from mcp.types import CallToolResult, ToolAnnotations
+from mcp.types import CallToolResult, TextContent, ToolAnnotations
 from pydantic import ConfigDict, ValidationError
 
 from evalsweep import __version__
+from evalsweep.agent._inputs import boundary_problem
 from evalsweep.agent._state import AgentState, consent_parameter, guarded
 from evalsweep.agent._tools_lifecycle import register_lifecycle_tools
 from evalsweep.agent._tools_sweep import register_sweep_tools
@@ -64,20 +65,38 @@ def build_server(
                 state.watchdog_running = False
                 state.close()
 
+    read_only: set[str] = set()
+
     class Server(MCPServer):
         async def call_tool(self, name: str, arguments: dict[str, Any], context: Any = None) -> Any:
+            """Every call passes here: the text rule over every string it carries, then
+            the tool's schema, then the tool; a refusal of any tool that is not read-only
+            is audited here, whichever layer refused it, with the exact text received."""
+            arguments = arguments or {}
             try:
-                return await super().call_tool(name, arguments, context)
+                problem = boundary_problem(arguments)
+                if problem is not None:
+                    result: Any = state.error(name, problem, {})
+                else:
+                    result = await super().call_tool(name, arguments, context)
             except ToolError as exc:
                 cause = exc.__cause__
                 if isinstance(exc, UnexpectedToolError) or not isinstance(cause, ValidationError):
+                    if name not in read_only:
+                        state.audit_refusal(name, f"{name}: {exc}", arguments)
                     raise
-                return refused_arguments(state, name, cause)
+                result = refused_arguments(state, name, cause)
+            if isinstance(result, CallToolResult) and result.is_error and name not in read_only:
+                said = " ".join(c.text for c in result.content if isinstance(c, TextContent))
+                state.audit_refusal(name, said, arguments)
+            return result
 
     server = Server("evalsweep", instructions=INSTRUCTIONS, version=__version__, lifespan=lifespan)
 
     def tool(annotations: ToolAnnotations) -> Callable[[Callable[..., Any]], Any]:
         def register(fn: Callable[..., Any]) -> Any:
+            if annotations.read_only_hint:
+                read_only.add(fn.__name__)
             server.tool(annotations=annotations, description=inspect.getdoc(fn))(guarded(state, fn))
             refuse_unknown_arguments(server, fn.__name__)
             return fn

@@ -1,13 +1,15 @@
 """The person's rules for the agent, read from their configuration file.
 
-Limits, approval rules, rates and throughput figures come only from the
-configuration (``[limits]``, ``[approval]``, ``[rates]``, ``[throughput]``),
-which evalsweep never writes; no MCP tool can change them.
+Limits, approval rules, rates, throughput figures and the folders whose task files
+agents may name come only from the configuration (``[limits]``, ``[approval]``,
+``[rates]``, ``[throughput]``, ``[agent]``), which evalsweep never writes; no MCP tool
+can change them.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from evalsweep.agent._ledger import Limits
@@ -39,6 +41,7 @@ class AgentSettings:
     watchdog_interval_s: float = 5.0
     rates: dict[str, float] = field(default_factory=dict)
     throughput: dict[str, float] = field(default_factory=dict)
+    task_dirs: tuple[Path, ...] = ()
 
     @classmethod
     def from_config(cls, config: dict[str, Any] | None = None) -> AgentSettings:
@@ -47,6 +50,7 @@ class AgentSettings:
         approval = section(config, "approval")
         rates = section(config, "rates")
         throughput = section(config, "throughput")
+        agent = section(config, "agent")
         return cls(
             per_connection_usd=_number(limits, "per_connection_usd", 0.0, "limits"),
             global_usd=_number(limits, "global_usd", 0.0, "limits"),
@@ -61,6 +65,7 @@ class AgentSettings:
             watchdog_interval_s=_number(limits, "watchdog_interval_s", 5.0, "limits"),
             rates={str(k): _number(rates, k, 0.0, "rates") for k in rates},
             throughput={str(k): _number(throughput, k, 0.0, "throughput") for k in throughput},
+            task_dirs=_folders(agent, "task_dirs"),
         )
 
     def ledger_limits(self) -> Limits:
@@ -89,3 +94,17 @@ def _flag(table: dict[str, Any], key: str, default: bool) -> bool:
     if not isinstance(value, bool):
         raise ConfigError(f"[approval] {key} must be true or false, got {value!r}")
     return value
+
+
+def _folders(table: dict[str, Any], key: str) -> tuple[Path, ...]:
+    """``[agent] key``: a list of absolute paths of existing folders, as their real paths."""
+    value = table.get(key, [])
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise ConfigError(f"[agent] {key} must be a list of folder paths")
+    folders = []
+    for each in value:
+        path = Path(each).expanduser()
+        if not path.is_absolute() or not path.is_dir():
+            raise ConfigError(f"[agent] {key}: {each!r} is not the absolute path of a folder")
+        folders.append(path.resolve())
+    return tuple(folders)

@@ -8,6 +8,7 @@ are evaluated at definition time on purpose: the SDK reads the resolver of
 the hidden approval parameter from them.)
 """
 
+import contextlib
 import functools
 import inspect
 import json
@@ -32,7 +33,14 @@ from mcp.types import CallToolResult, TextContent, ToolAnnotations
 from pydantic import BaseModel, Field
 
 from evalsweep.agent import _ledger as ledger
-from evalsweep.agent._approvals import approve_quote, decline_quote, describe_quote, iso, refuse
+from evalsweep.agent._approvals import (
+    approve_quote,
+    audit_refusal,
+    decline_quote,
+    describe_quote,
+    iso,
+    refuse,
+)
 from evalsweep.agent._inputs import QUOTE_ID, InputError, argument_labels, check_id
 from evalsweep.agent._jobs import Jobs
 from evalsweep.agent._models import QuoteOut, ResultsTable, TaskWork
@@ -160,6 +168,24 @@ class AgentState:
         if len(line.encode()) > room:
             line = line.encode()[: room - 40].decode(errors="ignore") + "... (error shortened)"
         return CallToolResult(content=[TextContent(type="text", text=line)], is_error=True)
+
+    def audit_refusal(self, tool: str, message: str, arguments: dict[str, Any]) -> None:
+        """The audit entry of a refused call (the server's one choke point calls this): the
+        line the agent was told, the arguments exactly as received (ASCII-escaped JSON,
+        secrets masked), and the quote and target it was about, where they are known."""
+        received = self.secrets.redact(
+            json.dumps(arguments, ensure_ascii=True, sort_keys=True, default=repr)
+        )
+        quote_id = arguments.get("quote_id")
+        quote_id = quote_id if isinstance(quote_id, str) and QUOTE_ID.match(quote_id) else None
+        target = arguments.get("target")
+        target = target if isinstance(target, str) and target in self.targets else None
+        if quote_id is not None:
+            with contextlib.suppress(GateError):
+                target = load_quote(self.store, quote_id).target
+        audit_refusal(
+            self.store, message, received=received, tool=tool, quote_id=quote_id, target=target
+        )
 
     def worst_case(self, rate: float, connection: str) -> float:
         """What starting work at ``rate`` now would reserve: rate x its deadline."""

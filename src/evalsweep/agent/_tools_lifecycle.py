@@ -84,10 +84,7 @@ def register_lifecycle_tools(state: AgentState, tool: ToolRegistrar, consent_typ
         bills = action in ("deploy", "start")
         if bills:  # the machine's worst case is reserved before it is asked for
             try:
-                state.jobs.reserve(
-                    item, connection, quote.target, quote.hourly_rate, quote.estimated_cost,
-                    "machine",
-                )  # fmt: skip
+                state.jobs.reserve(item, connection, quote, "machine")
             except GateError as exc:
                 raise refuse(store, quote_id, quote.target, str(exc)) from None
         wanted = {"kind": "lifecycle", "target": quote.target, "action": action}

@@ -24,7 +24,13 @@ from evalsweep.agent._estimate import (
     remaining_work,
     throughput,
 )
-from evalsweep.agent._inputs import JOB_ID, InputError, check_id, check_sweep
+from evalsweep.agent._inputs import (
+    JOB_ID,
+    InputError,
+    allowed_task_files,
+    check_id,
+    check_sweep,
+)
 from evalsweep.agent._models import (
     Cancelled,
     JobList,
@@ -46,7 +52,7 @@ from evalsweep.agent._state import READ, SPEND, WRITE, AgentState, ToolRegistrar
 from evalsweep.agent._views import headline, table_text
 from evalsweep.compute import LifecycleTarget
 from evalsweep.errors import EvalsweepError, TargetError
-from evalsweep.options import agent_options, option
+from evalsweep.options import agent_options, option, text_problem
 
 Checkpoints = Annotated[
     list[str],
@@ -73,8 +79,9 @@ def _local_device(target: str, kind: str, hardware: str, gpu: str | None) -> str
     """The device of a quoted sweep: ``gpu`` on 'local' only; elsewhere the target's own."""
     if kind == "local":
         device = gpu or "auto"
-        if not (device in ("auto", "cpu", "cuda") or device.startswith("cuda:")):
-            raise InputError("gpu: on 'local' use cpu, cuda or cuda:N")
+        problem = text_problem(option("device"), device)
+        if problem:
+            raise InputError(f"gpu {problem}")
         return device
     if gpu is not None:
         raise InputError(
@@ -89,19 +96,24 @@ def register_sweep_tools(state: AgentState, tool: ToolRegistrar, consent_type: A
 
     @tool(READ)
     async def list_tasks() -> TaskList:
-        """The benchmarks evalsweep can run (any MMLU subject as mmlu_<subject> too)."""
+        """The benchmarks evalsweep can run (any MMLU subject as mmlu_<subject> too), and the
+        task files of the folders the person's configuration allows ([agent] task_dirs)."""
         from evalsweep.tasks import get_task
         from evalsweep.tasks import list_tasks as names
 
         rows = []
-        for name in names():
-            task = get_task(name)
+        for name in [*names(), *allowed_task_files(state.settings.task_dirs)]:
+            try:
+                task = get_task(name)
+            except EvalsweepError:  # a task file in an allowed folder that does not load
+                continue
             rows.append(
                 TaskInfo(
-                    name=name,
+                    name=Path(name).stem if name.startswith("/") else name,
                     version=task.version,
                     num_fewshot=task.default_num_fewshot,
                     metrics=[m.key for m in task.metrics],
+                    file=name if name.startswith("/") else None,
                 )
             )
         return TaskList(tasks=rows)
@@ -133,7 +145,7 @@ def register_sweep_tools(state: AgentState, tool: ToolRegistrar, consent_type: A
 
         ``options``: the agent options as sent, by MCP parameter name (``gpu``, ``limit``...).
         """
-        check_sweep(checkpoints, tasks)
+        tasks = check_sweep(checkpoints, tasks, state.settings.task_dirs)
         check_bounds(options)
         info = state.target(target).info()
         sent = {str(each.agent): options.get(str(each.agent)) for each in agent_options()}
@@ -233,6 +245,11 @@ def register_sweep_tools(state: AgentState, tool: ToolRegistrar, consent_type: A
         state.check_quote_id(quote_id)
         approved_by = state.apply_consent(quote_id, consent)
         quote = state.load_or_refuse(quote_id)
+        if tasks is not None:  # compared as the quote holds them: as the job names them
+            try:
+                tasks = check_sweep(quote.params["checkpoints"], tasks, state.settings.task_dirs)
+            except EvalsweepError:
+                tasks = [f"refused: {name}" for name in tasks]  # differs, so refused below
         restated = {"checkpoints": checkpoints, "tasks": tasks, "target": target, **options}
         for key, value in restated.items():
             if value is not None and value != quote.params.get(key):
@@ -253,9 +270,7 @@ def register_sweep_tools(state: AgentState, tool: ToolRegistrar, consent_type: A
         todo, loads = remaining_work(store, work.plan)
         job_id = state.jobs.new_id()
         try:
-            reservation = state.jobs.reserve(
-                job_id, connection, quote.target, quote.hourly_rate, quote.estimated_cost, "job"
-            )
+            reservation = state.jobs.reserve(job_id, connection, quote, "job")
         except GateError as exc:
             raise refuse(store, quote_id, quote.target, str(exc)) from None
         try:
@@ -379,7 +394,7 @@ def register_sweep_tools(state: AgentState, tool: ToolRegistrar, consent_type: A
         from evalsweep.engine import stored_sweep
         from evalsweep.report import results_document
 
-        check_sweep(checkpoints, tasks)
+        tasks = check_sweep(checkpoints, tasks, state.settings.task_dirs)
         check_bounds({"num_fewshot": num_fewshot})
         chosen = pick_baseline(list(checkpoints), baseline)
         result = stored_sweep(

@@ -5,7 +5,7 @@ from __future__ import annotations
 import io
 from typing import TYPE_CHECKING, Any
 
-from rich.console import Console
+from evalsweep.text import visible_console
 
 if TYPE_CHECKING:
     from evalsweep.report import ResultDocument
@@ -15,7 +15,7 @@ def table_text(document: ResultDocument, subjects: bool) -> str:
     from evalsweep.report import render_subject_table, render_table, summary_text
 
     buffer = io.StringIO()
-    console = Console(file=buffer, width=160, color_system=None, force_terminal=False)
+    console = visible_console(file=buffer, width=160, color_system=None, force_terminal=False)
     console.print(render_table(document.results, document.comparisons))
     if subjects:
         console.print(render_subject_table(document.results, document.comparisons))

@@ -99,31 +99,39 @@ def approve(quote_id: str, store: Path | None, debug: bool) -> None:
     import getpass
 
     from evalsweep.agent import approve_quote as record_approval
-    from evalsweep.agent._approvals import approval_text, refusable
-    from evalsweep.agent._approvals import refuse as refused
+    from evalsweep.agent._approvals import approval_text, audit_refusal, refusable
+    from evalsweep.agent._quotes import GateError
 
     with open_existing_store(store) as results_store:
-        if not sys.stdin.isatty():
-            raise refused(
+        try:
+            if not sys.stdin.isatty():
+                raise GateError(
+                    "approve: needs a terminal: run evalsweep approve yourself, not through a pipe"
+                )
+            # Unknown, used or expired: said (and audited) before anything is asked.
+            quote = refusable(results_store, quote_id)
+            for line in approval_text(results_store, quote):
+                say(line)
+            if not click.confirm(f"Approve {quote_id}?", default=False):
+                results_store.audit_event(
+                    "refusal",
+                    f"declined {quote_id} in the terminal",
+                    target=quote.target,
+                    detail={"quote": quote_id},
+                )
+                say("not approved")
+                sys.exit(1)
+            record_approval(results_store, quote_id, f"{getpass.getuser()} in a terminal")
+        except GateError as exc:  # every refusal of this command is audited, here
+            audit_refusal(
                 results_store,
-                None,
-                None,
-                "approve: needs a terminal: run evalsweep approve yourself, not through a pipe",
+                str(exc),
+                received=json.dumps(sys.argv[1:]),
+                tool="evalsweep approve",
+                quote_id=exc.quote_id,
+                target=exc.target,
             )
-        # Unknown, used or expired: said (and audited) before anything is asked.
-        quote = refusable(results_store, quote_id)
-        for line in approval_text(results_store, quote):
-            say(line)
-        if not click.confirm(f"Approve {quote_id}?", default=False):
-            results_store.audit_event(
-                "refusal",
-                f"declined {quote_id} in the terminal",
-                target=quote.target,
-                detail={"quote": quote_id},
-            )
-            say("not approved")
-            sys.exit(1)
-        record_approval(results_store, quote_id, f"{getpass.getuser()} in a terminal")
+            raise
     say(f"approved {quote_id}")
 
 

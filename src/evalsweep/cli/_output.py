@@ -3,6 +3,11 @@
 User errors (:class:`evalsweep.errors.EvalsweepError`) are shown as one line with a
 non-zero exit; ``--debug`` shows the traceback. ``--no-color`` replaces both
 consoles, so commands read them as ``_output.stdout`` at the time they print.
+
+Everything either console prints passes :func:`evalsweep.text.visible` on its way to
+the screen (a render hook on each console, so no command can forget it): a checkpoint
+name, a task file's text or an audit entry that holds an escape sequence, a C1 control
+or an invisible character is shown escaped, never acted on by the terminal.
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ from rich.console import Console
 from rich.text import Text
 
 from evalsweep.errors import EvalsweepError
+from evalsweep.text import visible_console
 
 if TYPE_CHECKING:
     from evalsweep.report import ResultDocument
@@ -27,9 +33,12 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 
 def _console(*, to_stderr: bool, color: bool) -> Console:
-    """A console for stdout or stderr; without colour it writes no escape codes at all."""
+    """A console for stdout or stderr; without colour it writes no escape codes at all, and
+    no text it prints can write one either (see the module's docstring)."""
     # Messages carry ids and paths: no colour guessed from their digits.
-    return Console(stderr=to_stderr, highlight=False, color_system="auto" if color else None)
+    return visible_console(
+        stderr=to_stderr, highlight=False, color_system="auto" if color else None
+    )
 
 
 def _color_allowed() -> bool:

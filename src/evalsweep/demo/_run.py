@@ -33,6 +33,7 @@ from rich.console import Console
 
 from evalsweep.demo._build import build_checkpoint, build_tokenizer
 from evalsweep.jsonl import read_values
+from evalsweep.text import visible_console
 
 if TYPE_CHECKING:
     from evalsweep.report import ResultDocument
@@ -239,7 +240,7 @@ def run_demo(
     from evalsweep.report import Demo, document_json, progress_display, results_document
     from evalsweep.store import Store
 
-    console = console or Console(stderr=True)
+    console = console or visible_console(stderr=True)
     holder = None
     if workdir is None:
         holder = tempfile.TemporaryDirectory(prefix="evalsweep-demo-")

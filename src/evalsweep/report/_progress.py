@@ -25,6 +25,7 @@ from rich.progress import (
 )
 
 from evalsweep._interval import progress_interval
+from evalsweep.text import visible_console
 
 DEFAULT_INTERVAL = 10.0
 
@@ -51,7 +52,7 @@ class PlainProgress:
         interval: float | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        self.console = console or Console(stderr=True)
+        self.console = console or visible_console(stderr=True)
         self.enabled = enabled
         self.interval = plain_interval() if interval is None else interval
         self._clock = clock
@@ -119,7 +120,7 @@ class RichProgress:
     """Implements the engine's ``Progress`` protocol with rich bars on stderr."""
 
     def __init__(self, console: Console | None = None, enabled: bool = True) -> None:
-        self.console = console or Console(stderr=True)
+        self.console = console or visible_console(stderr=True)
         self.enabled = enabled
         self._bars = Progress(
             # Labels name checkpoints and files: shown as written, never read as markup.

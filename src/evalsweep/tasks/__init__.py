@@ -62,6 +62,11 @@ def get_task(name: str) -> Task:
     raise TaskError(f"unknown task {name!r} (known tasks: {known})")
 
 
+def builtin_task(name: str) -> bool:
+    """``name`` is one of evalsweep's own tasks (or an MMLU subject), never a task file."""
+    return name in TASKS or (name.startswith("mmlu_") and name[5:] in SUBJECTS)
+
+
 def list_tasks() -> list[str]:
     return sorted(TASKS)
 
@@ -80,6 +85,7 @@ __all__ = [
     "TaskDefaults",
     "Turn",
     "SUBJECTS",
+    "builtin_task",
     "get_task",
     "list_tasks",
 ]

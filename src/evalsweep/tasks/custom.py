@@ -14,8 +14,10 @@ lm-eval task and behaves like one (prompt assembly, few-shot draws, scoring)::
     metric_list: [acc, acc_norm]       # generate_until: [exact_match]
     generation_kwargs: {until: ["\\n"], max_gen_toks: 32}   # generate_until only
 
-Templates are Jinja2 over the row's fields, as in lm-eval. A malformed file
-fails with one line naming the file and the key or line.
+Templates are Jinja2 over the row's fields, as in lm-eval, rendered in a sandbox
+(:mod:`evalsweep.tasks._templates`): a template sees the row's fields and Jinja's
+filters, never Python objects, so no code runs from a task file. A malformed file,
+or a template that reaches for more, fails with one line naming the file and the key.
 """
 
 from __future__ import annotations
@@ -47,6 +49,7 @@ from evalsweep.tasks._base import (
 from evalsweep.tasks._choice import MultipleChoiceTask, prompt_turns
 from evalsweep.tasks._data import read_jsonl
 from evalsweep.tasks._fewshot import FewshotSampler
+from evalsweep.tasks._templates import TaskTemplates, render
 
 TASK_FILE_SUFFIXES = (".yaml", ".yml", ".toml")
 #: Directories (separated by os.pathsep) whose task files can be named by their task name.
@@ -191,9 +194,7 @@ class _Template:
         import jinja2
 
         self.spec, self.key, self.source = spec, key, source
-        environment = jinja2.Environment(
-            undefined=jinja2.StrictUndefined, keep_trailing_newline=True
-        )
+        environment = TaskTemplates()  # data, never code: see tasks/_templates.py
         try:
             if isinstance(source, list):
                 self.compiled = [environment.from_string(str(s)) for s in source]
@@ -206,13 +207,20 @@ class _Template:
 
     def value(self, row: Row, where: str) -> Any:
         import jinja2
+        from jinja2.sandbox import SecurityError
 
         if isinstance(self.source, str) and self.source in row:
             return row[self.source]
         try:
-            rendered = [template.render(**row) for template in self.compiled]
+            rendered = [render(template, row) for template in self.compiled]
         except jinja2.UndefinedError as exc:
             raise self.spec.fail(self.key, f"{exc.message} in {where}") from exc
+        except SecurityError as exc:
+            raise self.spec.fail(
+                self.key, f"template refused for {where}: {exc} (no code runs from task files)"
+            ) from None
+        except RecursionError:
+            raise self.spec.fail(self.key, f"template nests too deeply for {where}") from None
         except Exception as exc:
             raise self.spec.fail(self.key, f"cannot render for {where} ({exc})") from exc
         return rendered if isinstance(self.source, list) else rendered[0]
