@@ -77,7 +77,7 @@ async def test_a_quote_prices_the_targets_hardware_and_a_gpu_string_cannot_chang
     assert on_cpu["throughput_tokens_per_s"] == 50.0 and on_cpu["params"]["device"] == "cpu"
     command = job_command(on_cpu["params"], "local", store_path, Path("out"), None)
     assert command[command.index("--device") + 1] == "cpu"
-    assert "gpu: on 'local' use cpu, cuda or cuda:N" in bad_device
+    assert "gpu must be auto, cpu, cuda or cuda:N" in bad_device
 
 
 @pytest.mark.anyio

@@ -117,7 +117,8 @@ TEXT_VALUES = ["--debug", "-", "", "a=b", "a,b", "a\nb", "\u2028", "'\"$(x)`", "
 
 @pytest.mark.parametrize(
     "option", [o for o in OPTIONS if o.travels and o.kind in ("text", "folder")
-               and o.name not in ("tasks", "baseline")], ids=lambda o: o.name,
+               and o.name not in ("tasks", "baseline") and o.pattern is None],
+    ids=lambda o: o.name,
 )  # fmt: skip
 @pytest.mark.parametrize("value", TEXT_VALUES, ids=[f"text{i}" for i in range(len(TEXT_VALUES))])
 def test_every_free_text_option_carries_hostile_text_exactly(option: Option, value: str) -> None:
@@ -133,6 +134,35 @@ def test_every_free_text_option_carries_hostile_text_exactly(option: Option, val
     read = from_argv(argv).spec
     assert spec_values(read) == spec_values(spec)
     assert list(read.checkpoints) == ["a"]  # the value did not become an option or a reference
+
+
+PATTERNED = [o for o in OPTIONS if o.pattern is not None]
+
+
+def test_the_device_is_a_patterned_option() -> None:
+    assert [o.name for o in PATTERNED] == ["device"]
+
+
+@pytest.mark.parametrize("option", PATTERNED, ids=lambda o: o.name)
+@pytest.mark.parametrize(
+    "value",
+    [*TEXT_VALUES, "cuda:", "cuda:0\n  price: $0.00/h", "cuda:\x1b[8m", "cuda:" + "9" * 5000,
+     "CUDA", " cpu", "cpu ", "cuda:0\u200b", "cuda:\u0661", "cuda:1234"],
+)  # fmt: skip
+def test_a_patterned_option_refuses_every_other_form_by_name(option: Option, value: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        build_spec(["a"], {"tasks": TASK, option.name: value})
+    assert str(caught.value) == f"{option.flag} must be {option.pattern_help}"  # never echoed
+    spec = build_spec(["a"], {"tasks": TASK})  # and no written argv can carry one either
+    object.__setattr__(spec.options, option.attribute, value)
+    with pytest.raises(ConfigError, match=option.flag):
+        to_argv(spec)
+
+
+@pytest.mark.parametrize("value", ["auto", "cpu", "cuda", "cuda:0", "cuda:15", "cuda:123"])
+def test_the_device_forms_it_takes_travel_exactly(value: str) -> None:
+    spec = build_spec(["a"], {"tasks": TASK, "device": value})
+    assert from_argv(to_argv(spec)).spec.options.device == value
 
 
 def test_a_system_instruction_with_newlines_and_quotes_reaches_the_spec() -> None:

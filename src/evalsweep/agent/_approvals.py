@@ -16,6 +16,7 @@ from typing import Any
 
 from evalsweep.agent._quotes import GateError, Quote, consume, load_quote, mark_approved
 from evalsweep.store import Store
+from evalsweep.text import visible
 
 #: Most characters of a refused call's arguments kept in its audit entry (the count is kept
 #: beside them when there were more).
@@ -150,14 +151,16 @@ def approval_text(store: Store, quote: Quote) -> list[str]:
     preview: dict[str, Any] = quote.preview
     lines = [describe_quote(quote)]
     for pair in preview.get("identities", []):
-        lines.append(f"  checkpoint {pair['reference']} -> {pair['identity']}")
+        lines.append(f"  checkpoint {named(pair['reference'])} -> {visible(pair['identity'])}")
     if quote.kind == "sweep":
         lines.append(
-            f"  tasks {', '.join(quote.params['tasks'])}; limit {quote.params.get('limit')}; "
-            f"num_fewshot {quote.params.get('num_fewshot')}; device {quote.params.get('device')}"
+            f"  tasks {', '.join(named(t) for t in quote.params['tasks'])}; limit "
+            f"{quote.params.get('limit')}; num_fewshot {quote.params.get('num_fewshot')}; "
+            f"device {visible(str(quote.params.get('device')))}"
         )
     lines.append(
-        f"  price: ${quote.hourly_rate:.2f}/h on {preview.get('hardware', '?')}, estimated "
+        f"  price: ${quote.hourly_rate:.2f}/h on {visible(str(preview.get('hardware', '?')))}, "
+        "estimated "
         f"${quote.estimated_cost:.4f}; worst case ${preview.get('max_cost', 0.0):.4f} "
         "(reserved when it starts; the job is stopped there)"
     )
@@ -185,23 +188,33 @@ def decline_quote(store: Store, quote_id: str, by: str) -> None:
 
 
 def describe_quote(quote: Quote) -> str:
-    """One line for the person: what, where, at what rate, for about how much."""
+    """One line for the person: what, where, at what rate, for about how much; every name in
+    it through the one renderer (:func:`evalsweep.text.visible`), so the line is the same on
+    a terminal, in an MCP client's approval question and in the audit log."""
     preview: dict[str, Any] = quote.preview
     if quote.kind == "sweep":
         what = (
-            f"sweep of {', '.join(quote.params['checkpoints'])} on "
-            f"{', '.join(quote.params['tasks'])}"
+            f"sweep of {', '.join(named(c) for c in quote.params['checkpoints'])} on "
+            f"{', '.join(named(t) for t in quote.params['tasks'])}"
             + (f" (limit {quote.params['limit']})" if quote.params.get("limit") else "")
         )
         time_text = f"about {_duration(preview.get('estimated_seconds', 0))}"
     else:
-        what = f"{quote.params['action']} of target {quote.target}"
-        time_text = preview.get("effect", "")
+        what = f"{visible(quote.params['action'])} of target {named(quote.target)}"
+        time_text = visible(str(preview.get("effect", "")))
     return (
-        f"{what} on {quote.target} ({preview.get('hardware', '?')}) at "
+        f"{what} on {named(quote.target)} ({visible(str(preview.get('hardware', '?')))}) at "
         f"${quote.hourly_rate:.2f}/h, {time_text}, estimated ${quote.estimated_cost:.2f}, "
         f"at most ${preview.get('max_cost', quote.estimated_cost):.2f}"
     )
+
+
+def named(value: str) -> str:
+    """A name as a person approves it: through the one renderer, and where it holds
+    anything but ASCII, followed by its ASCII-escaped form, so a look-alike letter (a
+    Cyrillic 'а' in 'tiny-а') cannot pass for the name it imitates."""
+    shown = visible(value)
+    return shown if value.isascii() else f"{shown} [{ascii(value)}]"
 
 
 def _when(stamp: float) -> str:

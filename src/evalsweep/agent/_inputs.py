@@ -44,7 +44,7 @@ def shown(value: Any, limit: int = SHOWN_CHARS) -> str:
 
 
 def boundary_problem(arguments: dict[str, Any]) -> str | None:
-    """The first string of a tool call (at any depth, argument names too) that the text rule
+    """The first string of a tool call (at any depth) that the text rule
     (:mod:`evalsweep.text`) refuses, as ``label problem``; ``None`` when every one passes.
     The MCP server asks this once for every call, before the tool or its schema sees it."""
     count = 0
@@ -63,12 +63,11 @@ def boundary_problem(arguments: dict[str, Any]) -> str | None:
         if isinstance(value, list | tuple):
             items = [(item, f"{label}[{index}]") for index, item in enumerate(value)]
         elif isinstance(value, dict):
+            # A name no tool takes is refused by the tool's schema (shortened and escaped
+            # there); the names a tool takes are its own.
             for key, item in value.items():
                 name = str(key)
-                found = text.problem(name, max_chars=128)
-                if found is not None:
-                    return f"an argument name in {label or 'the call'} {found}"
-                items.append((item, f"{label}.{name}" if label else name))
+                items.append((item, f"{label}.{name[:40]}" if label else name[:40]))
         for item, where in items:
             found = walk(item, where, depth + 1)
             if found is not None:

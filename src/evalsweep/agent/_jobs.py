@@ -38,6 +38,7 @@ from evalsweep.agent._supervise import REDACT_ENV
 from evalsweep.errors import EvalsweepError
 from evalsweep.options import to_argv, words_only_environment
 from evalsweep.store import Store
+from evalsweep.text import visible
 
 COLUMNS = (
     "job_id, quote_id, connection, target, params, plan, argv, out_dir, log_path, pid, "
@@ -106,7 +107,9 @@ class Jobs:
                 quoted): quote again.
         """
         approved = float(quote.preview.get("max_cost", 0.0))
-        if quote.hourly_rate > 0 and approved < quote.estimated_cost:
+        limits = self.settings.ledger_limits()
+        unset = limits.per_connection_usd <= 0 or limits.global_usd <= 0  # the ledger says so
+        if quote.hourly_rate > 0 and not unset and approved < quote.estimated_cost:
             raise GateError(
                 f"quote {quote.quote_id} showed a worst case of ${approved:.4f}, less than its "
                 f"estimate ${quote.estimated_cost:.4f} (the spend limits had no room when it "
@@ -120,7 +123,7 @@ class Jobs:
                 connection=connection,
                 target=quote.target,
                 hourly_rate=quote.hourly_rate,
-                limits=self.settings.ledger_limits(),
+                limits=limits,
                 needed_usd=quote.estimated_cost,
                 cap_usd=approved,
             )
@@ -287,7 +290,7 @@ class Jobs:
             "hourly_rate": float(rate),
             "reserved_usd": round(float(reserved), 6),
             "spend_usd": round(float(spend), 6),
-            "last_log_line": self.secrets.redact(_last_line(Path(job["log_path"]))),
+            "last_log_line": visible(self.secrets.redact(_last_line(Path(job["log_path"])))),
             "log_bytes": _size(Path(job["log_path"])),
         }
 
@@ -353,10 +356,12 @@ class Jobs:
         # stays open (its reservation cut to what it may spend while it stops) until its
         # supervisor records the exit, or the kill below is sent.
         with self.store.connection:
+            # ``ended`` says when the stop was asked for until the supervisor records the
+            # exit (it writes the real time).
             self.store.connection.execute(
-                "UPDATE agent_jobs SET status = ?, reason = ? WHERE job_id = ? "
-                "AND status = 'running'",
-                (status, reason, job_id),
+                "UPDATE agent_jobs SET status = ?, reason = ?, ended = COALESCE(ended, ?) "
+                "WHERE job_id = ? AND status = 'running'",
+                (status, reason, time.time(), job_id),
             )
         ledger.stopping(self.store, job_id, KILL_GRACE_S)
         self.store.audit_event(
@@ -378,7 +383,8 @@ class Jobs:
 
     def _settle(self, job: dict[str, Any]) -> None:
         """End the billing of a job that is no longer running whose process has gone
-        without recording its end (its supervisor was killed): at its log's last write."""
+        without recording its end (its supervisor was killed by the stop before it could):
+        at the later of the stop and its log's last write."""
         open_item = self.store.connection.execute(
             "SELECT 1 FROM agent_ledger WHERE item = ? AND ended IS NULL", (job["job_id"],)
         ).fetchone()

@@ -53,6 +53,7 @@ from evalsweep.agent._views import headline, table_text
 from evalsweep.compute import LifecycleTarget
 from evalsweep.errors import EvalsweepError, TargetError
 from evalsweep.options import agent_options, option, text_problem
+from evalsweep.text import visible
 
 Checkpoints = Annotated[
     list[str],
@@ -341,7 +342,7 @@ def register_sweep_tools(state: AgentState, tool: ToolRegistrar, consent_type: A
                 next_offset=next_offset,
                 log_bytes=size,
                 eof=next_offset >= size,
-                text=text,
+                text=visible(text, newlines=True),  # as a person may be shown it
             )
             if state.fits(page):
                 return page
