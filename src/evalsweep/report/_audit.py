@@ -15,6 +15,17 @@ def _clock(value: float | None) -> str:
     return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(value))
 
 
+def _text(entry: dict[str, Any]) -> str:
+    """An entry's text; a refusal's also says what was received, exactly (ASCII JSON)."""
+    detail = entry.get("detail") or {}
+    received = detail.get("received") if isinstance(detail, dict) else None
+    if not received:
+        return str(entry["text"])
+    more = detail.get("received_chars")
+    cut = f" (first {len(received)} of {more} characters)" if more else ""
+    return f"{entry['text']}\nreceived by {detail.get('tool', '?')}{cut}: {received}"
+
+
 def render_audit(entries: list[dict[str, Any]]) -> Table:
     """One row per command, approval or refusal, oldest first, with the exact text."""
     table = Table(title="evalsweep audit log", show_lines=False)
@@ -29,6 +40,6 @@ def render_audit(entries: list[dict[str, Any]]) -> Table:
             _clock(entry.get("ended")),
             "" if entry.get("exit_code") is None else str(entry["exit_code"]),
             "" if entry.get("output_bytes") is None else str(entry["output_bytes"]),
-            Text(entry["text"]),  # commands as run: data, never markup
+            Text(_text(entry)),  # commands as run: data, never markup
         )
     return table
