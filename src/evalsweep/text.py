@@ -27,16 +27,10 @@ as something else on a person's screen:
 from __future__ import annotations
 
 import unicodedata
+from collections.abc import Iterable
 from typing import Any
 
-from rich.console import (
-    Console,
-    ConsoleOptions,
-    ConsoleRenderable,
-    RenderableType,
-    RenderHook,
-    RenderResult,
-)
+from rich.console import Console, ConsoleOptions, RenderableType
 from rich.segment import Segment
 
 from evalsweep.errors import EvalsweepError
@@ -149,30 +143,22 @@ def check(value: str, label: str, *, max_chars: int = MAX_CHARS) -> None:
         raise TextError(f"{label} {found}")
 
 
-class _Visible:
-    """A renderable whose text reaches the terminal as :func:`visible` shows it; the
-    console's own control segments (the cursor moves of a live display) pass as they are."""
+class VisibleConsole(Console):
+    """A rich ``Console`` whose every rendered text passes :func:`visible`, whatever
+    renderable holds it (tables, live progress displays, panels); the console's own control
+    segments (a live display's cursor moves) and styles pass as they are."""
 
-    def __init__(self, inner: RenderableType) -> None:
-        self.inner = inner
-
-    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
-        for segment in console.render(self.inner, options):
+    def render(
+        self, renderable: RenderableType, options: ConsoleOptions | None = None
+    ) -> Iterable[Segment]:
+        for segment in super().render(renderable, options):
             if segment.control:
                 yield segment
             else:
                 yield Segment(visible(segment.text, newlines=True), segment.style)
 
 
-class _ShowVisible(RenderHook):
-    def process_renderables(self, renderables: list[ConsoleRenderable]) -> list[ConsoleRenderable]:
-        return [_Visible(each) for each in renderables]
-
-
 def visible_console(**settings: Any) -> Console:
-    """A rich ``Console`` (``settings`` as ``Console`` takes them) that prints every text
-    through :func:`visible`, whatever renderable holds it: the one console evalsweep
-    writes to a terminal or a text file a person reads."""
-    console = Console(**settings)
-    console.push_render_hook(_ShowVisible())
-    return console
+    """The console evalsweep writes to a terminal or a text file a person reads with
+    (``settings`` as rich's ``Console`` takes them): a :class:`VisibleConsole`."""
+    return VisibleConsole(**settings)

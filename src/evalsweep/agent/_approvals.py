@@ -205,7 +205,7 @@ def describe_quote(quote: Quote) -> str:
     return (
         f"{what} on {named(quote.target)} ({visible(str(preview.get('hardware', '?')))}) at "
         f"${quote.hourly_rate:.2f}/h, {time_text}, estimated ${quote.estimated_cost:.2f}, "
-        f"at most ${preview.get('max_cost', quote.estimated_cost):.2f}"
+        f"at most ${preview.get('max_cost', quote.estimated_cost):.4f}"
     )
 
 

@@ -12,6 +12,7 @@ import contextlib
 import functools
 import inspect
 import json
+import math
 import os
 import re
 import threading
@@ -188,12 +189,13 @@ class AgentState:
         )
 
     def worst_case(self, rate: float, connection: str) -> float:
-        """What starting work at ``rate`` now would reserve: rate x its deadline."""
+        """What starting work at ``rate`` now would reserve: rate x its deadline, rounded down
+        to the 1/10,000 of a dollar a person is shown, so what they approve binds exactly."""
         hours = self.settings.max_job_hours
         if rate <= 0:
             return 0.0
         free = ledger.left(self.store, self.settings.ledger_limits(), connection)
-        return max(min(rate * hours, free), 0.0)
+        return math.floor(max(min(rate * hours, free), 0.0) * 10_000) / 10_000
 
     def check_quote_id(self, quote_id: str) -> None:
         """Refuse (audited, never echoed) what is not a quote id at all."""

@@ -8,6 +8,8 @@ from typing import Any
 from rich.table import Table
 from rich.text import Text
 
+from evalsweep.text import visible
+
 
 def _clock(value: float | None) -> str:
     if value is None:
@@ -34,12 +36,14 @@ def render_audit(entries: list[dict[str, Any]]) -> Table:
     for entry in entries:
         table.add_row(
             str(entry["id"]),
-            Text(entry["kind"]),
-            Text(entry.get("target") or ""),
+            Text(visible(entry["kind"])),
+            Text(visible(entry.get("target") or "")),
             _clock(entry["started"]),
             _clock(entry.get("ended")),
             "" if entry.get("exit_code") is None else str(entry["exit_code"]),
             "" if entry.get("output_bytes") is None else str(entry["output_bytes"]),
-            Text(_text(entry)),  # commands as run: data, never markup
+            # Commands as run: data, never markup; escaped before the table is laid out (the
+            # console escapes again what reaches it, so this only keeps the columns true).
+            Text(visible(_text(entry), newlines=True)),
         )
     return table
