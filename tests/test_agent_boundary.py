@@ -95,9 +95,9 @@ def test_every_code_point_is_refused_by_the_rule_or_shown_as_itself() -> None:
 @pytest.mark.parametrize("char", HOSTILE)
 def test_the_renderer_leaves_nothing_a_terminal_acts_on(char: str) -> None:
     text = f"tiny-a{char}$0.00/h{char}\nnext"
-    out = visible(text, newlines=char != "\n")
-    assert char not in out or char == "\n"
-    assert visible(out, newlines=char != "\n") == out  # idempotent
+    out = visible(text, newlines=char not in "\n\t")
+    assert char not in out or char in "\n\t"
+    assert visible(out, newlines=char not in "\n\t") == out  # idempotent
     assert problem(f"tiny-a{char}") is not None
 
 
@@ -164,7 +164,7 @@ async def test_agents_name_no_task_file_outside_the_allowed_folders(
         listed = result(await client.call_tool("list_tasks", {}))
         files = {t["name"]: t["file"] for t in listed["tasks"] if t.get("file")}
         # Files directly in the folder (the link out of it is not one of them).
-        assert files == {"mine": str(good.resolve()), "evil": str((allowed / "evil.yaml"))}
+        assert files == {"mine": str(good.resolve()), "evil": str(allowed / "evil.yaml")}
         quote = result(await client.call_tool("quote_sweep", {**base, "tasks": ["mine"]}))
         assert quote["params"]["tasks"] == [str(good.resolve())]
         by_path = result(await client.call_tool("quote_sweep", {**base, "tasks": [str(good)]}))
@@ -220,8 +220,12 @@ def _spoil(arguments: dict[str, Any], path: str, char: str, where: int) -> dict[
         holder = holder[int(part)] if isinstance(holder, list) else holder[part]
     key: Any = int(parts[-1]) if isinstance(holder, list) else parts[-1]
     value = holder[key]
-    holder[key] = (char + value) if where == 0 else (value + char) if where < 0 else (
-        value[:2] + char + value[2:]
+    holder[key] = (
+        (char + value)
+        if where == 0
+        else (value + char)
+        if where < 0
+        else (value[:2] + char + value[2:])
     )
     return spoiled
 
@@ -381,7 +385,7 @@ async def test_a_start_reserves_at_most_the_approved_worst_case_and_a_zero_one_i
         second = result(await client.call_tool("quote_sweep", args))
         assert second["max_cost"] == 0.0 and second["estimated_cost"] > 0
         code, screen = approve_in_terminal(store_path, second["quote_id"])
-        assert code == 0 and "worst case $0.0000" in screen
+        assert code == 0 and "worst case $0.0000" in screen and "will be refused" in screen
         await client.call_tool("cancel_job", {"job_id": job["job_id"]})
         with anyio.fail_after(120):
             while job_ended(store_path, job["job_id"]) is None:
@@ -457,3 +461,39 @@ async def test_calls_refused_by_validation_are_audited_with_what_was_received(
         assert entry["detail"]["tool"] == tool
         assert entry["detail"]["received"] == json.dumps(arguments, sort_keys=True)
         assert entry["text"].startswith(f"{tool}: ")
+
+
+@pytest.mark.anyio
+async def test_over_stdio_the_rule_the_template_sandbox_and_the_audit_hold(
+    tmp_path: Path, store_path: Path, cli_env: dict[str, str], data_dir: Path, gpt2_a: Path
+) -> None:
+    from mcp import StdioServerParameters
+
+    allowed = tmp_path / "allowed"
+    task_file(allowed, "evil", ESCAPES[3])
+    config = tmp_path / "config.toml"
+    config.write_text(f"[agent]\ntask_dirs = [{json.dumps(str(allowed))}]\n")
+    env = {**cli_env, "EVALSWEEP_CONFIG": str(config), "EVALSWEEP_DATA_DIR": str(data_dir)}
+    params = StdioServerParameters(
+        command=sys.executable, args=["-m", "evalsweep", "mcp", "--store", str(store_path)],
+        env=env, cwd=str(tmp_path),
+    )  # fmt: skip
+    calls = [
+        ("quote_sweep", {"checkpoints": [f"{gpt2_a}\x9b"], "tasks": [TASK]}),
+        ("quote_sweep", {"checkpoints": [str(gpt2_a)], "tasks": ["evil"], "limit": 1}),
+        ("quote_sweep", {"checkpoints": [str(gpt2_a)], "tasks": [TASK], "gpu": "cuda:\x1b[8m"}),
+        ("start_sweep", {"quote_id": "q-0123456789", "consent": {"approve": True}}),
+    ]
+    async with Client(params, read_timeout_seconds=120) as client:
+        texts = [error_text(await client.call_tool(tool, args)) for tool, args in calls]
+    assert texts[0].startswith("quote_sweep: checkpoints[0] contains a control character U+009B")
+    assert "template refused" in texts[1] and texts[2] == (
+        "quote_sweep: gpu contains a control character U+001B at position 5"
+    )
+    assert "unknown argument 'consent'" in texts[3]
+    assert not (tmp_path / "CANARY").exists()
+    with Store(store_path) as store:
+        refusals = store.audit_entries(kind="refusal")
+    assert [e["detail"]["received"] for e in refusals] == [
+        json.dumps(args, sort_keys=True) for _, args in calls
+    ]

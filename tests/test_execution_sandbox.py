@@ -6,6 +6,7 @@ import json
 import os
 import shutil
 import subprocess
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -180,14 +181,27 @@ print(json.dumps({
 
 @pytest.mark.parametrize("loop", ["C", "Python"])
 def test_a_caller_without_root_gets_the_sandbox_through_a_user_namespace(
-    tmp_path: Path, loop: str
+    request: pytest.FixtureRequest, loop: str
 ) -> None:
     # The system interpreter, as user nobody: only cgroups need root.
     python = shutil.which("python3", path="/usr/bin:/bin")
     setpriv = shutil.which("setpriv")
     if python is None or setpriv is None:
         pytest.skip("needs /usr/bin/python3 and setpriv (util-linux) to run as another user")
-    src = Path(__file__).resolve().parents[1] / "src"
+    # The clone may sit where only its owner can enter (a home folder, a `mktemp -d`
+    # folder): the other user gets its own readable copy of the package, outside it.
+    readable = Path(tempfile.mkdtemp(prefix="evalsweep-unprivileged-", dir="/tmp"))
+    request.addfinalizer(lambda: shutil.rmtree(readable, ignore_errors=True))
+    src = readable / "src"
+    shutil.copytree(
+        Path(__file__).resolve().parents[1] / "src" / "evalsweep",
+        src / "evalsweep",
+        ignore=shutil.ignore_patterns("__pycache__"),
+    )
+    for folder in [readable, *src.rglob("*")]:
+        folder.chmod(0o755 if folder.is_dir() else 0o644)
+    readable.chmod(0o755)
+    tmp_path = readable
     command = [
         setpriv,
         "--reuid=65534",

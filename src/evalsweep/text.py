@@ -83,13 +83,13 @@ def _base(char: str) -> bool:
 
 def visible(text: str, *, newlines: bool = False) -> str:
     """``text`` as it may be shown to a person: every character the rule refuses escaped
-    (``newlines``: ``\\n`` kept, for multi-line text such as a log), combining marks kept
-    only after a letter, number or mark and at most ``MAX_MARKS`` in a row."""
+    (``newlines``: ``\\n`` and ``\\t`` kept, for multi-line text such as a log), combining
+    marks kept only after a letter, number or mark and at most ``MAX_MARKS`` in a row."""
     out: list[str] = []
     marks = 0
     previous = ""
     for char in text:
-        if newlines and char == "\n":
+        if newlines and char in "\n\t":
             out.append(char)
             previous, marks = char, 0
             continue

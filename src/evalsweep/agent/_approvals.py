@@ -164,6 +164,11 @@ def approval_text(store: Store, quote: Quote) -> list[str]:
         f"${quote.estimated_cost:.4f}; worst case ${preview.get('max_cost', 0.0):.4f} "
         "(reserved when it starts; the job is stopped there)"
     )
+    if quote.hourly_rate > 0 and float(preview.get("max_cost", 0.0)) < quote.estimated_cost:
+        lines.append(
+            "  note: the worst case is below the estimate (the limits had no room when this "
+            "was quoted): starting it will be refused; ask for a new quote"
+        )
     settings = AgentSettings.from_config()
     limits = settings.ledger_limits()
     connection = str(preview.get("connection", ""))

@@ -31,6 +31,7 @@ from evalsweep.report._numbers import signed as _signed
 from evalsweep.report._schema import ResultDocument, ResultRow, TaskSettings, document_json
 from evalsweep.report._table import SHORT, display_names
 from evalsweep.stats import Comparison
+from evalsweep.text import visible
 
 if TYPE_CHECKING:
     import plotly.graph_objects as go
@@ -839,7 +840,9 @@ def _section(anchor: str, title: str, body: str) -> str:
 
 
 def _e(value: Any) -> str:
-    return html.escape("" if value is None else str(value), quote=True)
+    """A value as HTML text: through the one renderer (invisible and control characters shown
+    escaped, :func:`evalsweep.text.visible`), then HTML-escaped."""
+    return html.escape(visible("" if value is None else str(value), newlines=True), quote=True)
 
 
 def _gap(high: Any, low: Any) -> float:

@@ -19,6 +19,7 @@ from evalsweep.report._schema import ResultDocument, ResultRow
 from evalsweep.report._summary import verdict_summary
 from evalsweep.report._table import SHORT, display_names
 from evalsweep.stats import Comparison, Verdict
+from evalsweep.text import visible
 
 MARKS = {
     "regression": "🔴 ▼",
@@ -245,9 +246,10 @@ def _row(cells: Sequence[str]) -> str:
 
 
 def _escape(text: str) -> str:
-    """Keep a value inside its table cell: no pipes, no newlines, no stray HTML."""
+    """Keep a value inside its table cell: no pipes, no newlines, no stray HTML, nothing the
+    one renderer (:func:`evalsweep.text.visible`) would not show."""
     return (
-        " ".join(str(text).split())
+        visible(" ".join(str(text).split()))
         .replace("&", "&amp;")
         .replace("<", "&lt;")
         .replace(">", "&gt;")

@@ -19,6 +19,7 @@ from rich.text import Text
 
 from evalsweep.report._schema import ResultRow
 from evalsweep.stats import Comparison
+from evalsweep.text import visible
 
 SHORT = {
     "exact_match,strict-match": "exact_match (strict)",
@@ -32,16 +33,17 @@ MARKS = {
 
 
 def display_names(references: Sequence[str]) -> dict[str, str]:
-    """Short labels: checkpoint folders that share a parent are shown without it."""
+    """Short labels: checkpoint folders that share a parent are shown without it; every
+    label through the one renderer (:func:`evalsweep.text.visible`)."""
     if len(references) < 2 or not all("/" in r for r in references):
-        return {r: r for r in references}
+        return {r: visible(r) for r in references}
     parts = [r.rstrip("/").split("/") for r in references]
     common = 0
     while all(len(p) > common + 1 for p in parts) and len({p[common] for p in parts}) == 1:
         common += 1
     if common == 0 or not all(r.startswith(("/", ".", "~")) for r in references):
-        return {r: r for r in references}
-    return {r: "/".join(p[common:]) for r, p in zip(references, parts, strict=True)}
+        return {r: visible(r) for r in references}
+    return {r: visible("/".join(p[common:])) for r, p in zip(references, parts, strict=True)}
 
 
 def render_table(
