@@ -46,6 +46,11 @@ COLUMNS = (
     "estimated_s, progress"
 )
 KILL_GRACE_S = 10.0
+#: How long a job may show no pid after its start (its supervisor records its own pid as
+#: it starts, and the server once it has launched it) before it counts as never started.
+START_GRACE_S = 60.0
+#: The variable every process of a job carries, with the job's id as its value.
+JOB_ENV = "EVALSWEEP_AGENT_JOB"
 #: The supervisor stops a job this long before its reserved deadline, so that the
 #: seconds a stop takes are inside the reservation (it kills after STOP_GRACE_S).
 STOP_MARGIN_S = 1.5
@@ -142,7 +147,50 @@ class Jobs:
         work: float,
         loads: int,
     ) -> str:
-        """Start the quoted sweep detached under ``reservation``; returns the job id at once."""
+        """Start the quoted sweep detached under ``reservation``; returns the job id at once.
+
+        Whatever fails before the job's supervisor is started (its folder, the audit entry,
+        the job's row) leaves nothing held: the reservation is dropped (or the recorded
+        job ends as failed, which closes it), and the error is raised.
+        """
+        launched: list[int] = []
+        try:
+            return self._launch(
+                quote,
+                connection,
+                reservation,
+                launched,
+                store_path=store_path,
+                data_dir=data_dir,
+                plan=plan,
+                work=work,
+                loads=loads,
+            )
+        except BaseException:
+            if not launched:
+                job_id = reservation.item
+                recorded = self.store.connection.execute(
+                    "SELECT 1 FROM agent_jobs WHERE job_id = ?", (job_id,)
+                ).fetchone()
+                if recorded:
+                    self._finish(job_id, "failed", "could not start", reservation.started)
+                else:
+                    ledger.release(self.store, job_id)
+            raise
+
+    def _launch(
+        self,
+        quote: Quote,
+        connection: str,
+        reservation: ledger.Reservation,
+        launched: list[int],
+        *,
+        store_path: Path,
+        data_dir: str | None,
+        plan: list[dict[str, Any]],
+        work: float,
+        loads: int,
+    ) -> str:
         params = quote.params
         job_id = reservation.item
         job_dir = self.jobs_dir / job_id
@@ -198,6 +246,7 @@ class Jobs:
         # like a setting) of this process may change it behind them.
         env = words_only_environment(os.environ, secret_values)
         env[REDACT_ENV] = ",".join(sorted(secret_values))
+        env[JOB_ENV] = job_id  # every process of the job carries it (see job_processes)
         log_path.write_bytes(f"$ {self.secrets.redact(shlex.join(command))}\n".encode())
         try:
             child = subprocess.Popen(
@@ -213,6 +262,7 @@ class Jobs:
             self._finish(job_id, "failed", f"could not start: {exc.strerror}", None)
             self.store.audit_end(audit_id, None, 0)
             raise JobError(f"job {job_id}: could not start the sweep: {exc.strerror}") from None
+        launched.append(child.pid)
         self._children[child.pid] = child
         with self.store.connection:
             self.store.connection.execute(
@@ -241,15 +291,42 @@ class Jobs:
         if job["status"] == "running" and not self._alive(job["pid"], job["pid_start"]):
             job = self.row(job_id)  # the supervisor may have just written its end
             if job["status"] == "running":
-                log = Path(job["log_path"])
-                ended = log.stat().st_mtime if log.exists() else time.time()
-                self._finish(job_id, "lost", "its supervising process disappeared", ended)
+                self._lost(job)
                 job = self.row(job_id)
         if job["status"] != "running":
             self._settle(job)
             if job["audit_id"]:
                 self._close_audit(job)
         return job
+
+    def _lost(self, job: dict[str, Any]) -> None:
+        """A 'running' job whose supervisor is not there. Still starting (no pid recorded
+        yet, within ``START_GRACE_S``): left running. Its own processes still there without
+        their supervisor: they are stopped (nothing would stop them at their deadline) and
+        billed until now. Otherwise it ended unrecorded: billed to its log's last write."""
+        job_id = job["job_id"]
+        if job["pid"] is None:
+            if time.time() - job["started"] < START_GRACE_S:
+                return
+            self._finish(job_id, "lost", "its supervisor never started", job["started"])
+            return
+        members = job_processes(job_id)
+        if members:
+            if not stop_processes(job_id):
+                return  # not gone yet: still running, and billed
+            self._finish(
+                job_id, "lost", "its supervisor disappeared; its processes were stopped", None
+            )
+            self.store.audit_event(
+                "stop",
+                f"stop job {job_id}: its supervisor disappeared, so its processes were stopped",
+                target=job["target"],
+                detail={"job": job_id, "pids": members},
+            )
+            return
+        log = Path(job["log_path"])
+        ended = log.stat().st_mtime if log.exists() else time.time()
+        self._finish(job_id, "lost", "its supervising process disappeared", ended)
 
     def _close_audit(self, job: dict[str, Any]) -> None:
         """End the command's audit entry when its supervisor died before it could."""
@@ -349,7 +426,8 @@ class Jobs:
         if job["status"] != "running":
             return False
         pid, start = job["pid"], job["pid_start"]
-        if not (pid and self._alive(pid, start)):
+        starting = pid is None and time.time() - job["started"] < START_GRACE_S
+        if not starting and not (pid and self._alive(pid, start)):
             self._finish(job_id, status, reason, None)
             return True
         # Billing ends when the job has stopped, not when it was asked to: its ledger item
@@ -367,6 +445,8 @@ class Jobs:
         self.store.audit_event(
             "stop", f"stop job {job_id}: {reason}", target=job["target"], detail={"job": job_id}
         )
+        if starting:  # its supervisor reads the status as it starts, and stops there
+            return True
         _signal_group(pid, signal.SIGTERM)
         timer = threading.Timer(KILL_GRACE_S, self._kill_if_alive, (job_id, pid, start))
         timer.daemon = True
@@ -388,10 +468,17 @@ class Jobs:
         open_item = self.store.connection.execute(
             "SELECT 1 FROM agent_ledger WHERE item = ? AND ended IS NULL", (job["job_id"],)
         ).fetchone()
-        if open_item and not self._alive(job["pid"], job["pid_start"]):
-            log = Path(job["log_path"])
-            ended = max(log.stat().st_mtime if log.exists() else 0.0, job["ended"] or 0.0)
-            ledger.close_item(self.store, job["job_id"], ended or time.time())
+        if job["pid"] is None and time.time() - job["started"] < START_GRACE_S:
+            return  # its supervisor may still be starting: it records the end itself
+        if not open_item or self._alive(job["pid"], job["pid_start"]):
+            return
+        if job_processes(job["job_id"]):  # its processes outlived their supervisor
+            if stop_processes(job["job_id"]):
+                ledger.close_item(self.store, job["job_id"])  # billed until now
+            return
+        log = Path(job["log_path"])
+        ended = max(log.stat().st_mtime if log.exists() else 0.0, job["ended"] or 0.0)
+        ledger.close_item(self.store, job["job_id"], ended or time.time())
 
     def _finish(self, job_id: str, status: str, reason: str, ended: float | None) -> None:
         ended = ended or time.time()
@@ -469,6 +556,37 @@ class Jobs:
             ):
                 return item, f"per-connection spend limit (${s.per_connection_usd:.2f})"
         return None
+
+
+def job_processes(job_id: str) -> list[int]:
+    """The pids of this machine's processes that belong to job ``job_id`` (their environment
+    holds ``JOB_ENV=job_id``; a process that cleared its environment is not found)."""
+    marker = f"{JOB_ENV}={job_id}".encode()
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            environ = (entry / "environ").read_bytes()
+            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if state != "Z" and marker in environ.split(b"\0"):
+            found.append(int(entry.name))
+    return found
+
+
+def stop_processes(job_id: str, wait_s: float = 2.0) -> bool:
+    """Kill every process of job ``job_id``; True once none is left (within ``wait_s``)."""
+    for pid in job_processes(job_id):
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signal.SIGKILL)
+    deadline = time.monotonic() + wait_s
+    while job_processes(job_id):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
 
 
 def _start_time(pid: int) -> str | None:

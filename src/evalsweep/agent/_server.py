@@ -10,7 +10,7 @@ serves.
 """
 
 import inspect
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -18,7 +18,7 @@ from typing import Any
 import anyio
 from mcp.server import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError, UnexpectedToolError
-from mcp.types import CallToolResult, TextContent, ToolAnnotations
+from mcp.types import CallToolResult, ToolAnnotations
 from pydantic import ConfigDict, ValidationError
 
 from evalsweep import __version__
@@ -66,35 +66,62 @@ def build_server(
                 state.close()
 
     read_only: set[str] = set()
+    registered: set[str] = set()
 
     class Server(MCPServer):
         async def call_tool(self, name: str, arguments: dict[str, Any], context: Any = None) -> Any:
-            """Every call passes here: the text rule over every string it carries, then
-            the tool's schema, then the tool; a refusal of any tool that is not read-only
-            is audited here, whichever layer refused it, with the exact text received."""
+            """Every call that reaches a tool passes here: a tool of that name, then the text
+            rule over every string it carries, then the tool's schema, then the tool. Each
+            refusal is one line; none repeats the tool's name or an argument's name unless
+            it is one evalsweep defines."""
+            if name not in registered:
+                return state.error("evalsweep", "no tool of that name (see the tool list)", {})
             arguments = arguments or {}
             try:
                 problem = boundary_problem(arguments)
                 if problem is not None:
-                    result: Any = state.error(name, problem, {})
-                else:
-                    result = await super().call_tool(name, arguments, context)
+                    return state.error(name, problem, {})
+                return await super().call_tool(name, arguments, context)
             except ToolError as exc:
                 cause = exc.__cause__
                 if isinstance(exc, UnexpectedToolError) or not isinstance(cause, ValidationError):
-                    if name not in read_only:
-                        state.audit_refusal(name, f"{name}: {exc}", arguments)
                     raise
-                result = refused_arguments(state, name, cause)
-            if isinstance(result, CallToolResult) and result.is_error and name not in read_only:
-                said = " ".join(c.text for c in result.content if isinstance(c, TextContent))
-                state.audit_refusal(name, said, arguments)
-            return result
+                return refused_arguments(state, name, cause, set(arguments_of(self, name)))
 
-    server = Server("evalsweep", instructions=INSTRUCTIONS, version=__version__, lifespan=lifespan)
+    async def audit_tool_calls(ctx: Any, call_next: Any) -> Any:
+        """The one choke point of refusals: every ``tools/call`` of a tool that is not
+        read-only (or of no tool at all) that is refused, by whichever layer (the protocol's
+        own check of the request, the text rule, the schema, the gate, the limits), is
+        audited here with the request's arguments exactly as received."""
+        if ctx.method != "tools/call":
+            return await call_next(ctx)
+        params = ctx.params if isinstance(ctx.params, Mapping) else {}
+        name = params.get("name")
+        audited = not (isinstance(name, str) and name in read_only)
+        try:
+            outcome = await call_next(ctx)
+        except Exception as exc:
+            if audited:
+                said = getattr(getattr(exc, "error", None), "message", None) or type(exc).__name__
+                state.audit_call(name, params, f"refused by the protocol layer: {said}", registered)
+            raise
+        if audited and isinstance(outcome, Mapping) and outcome.get("isError"):
+            content = outcome.get("content") or []
+            said = " ".join(str(c.get("text", "")) for c in content if isinstance(c, Mapping))
+            state.audit_call(name, params, said, registered)
+        return outcome
+
+    server = Server(
+        "evalsweep",
+        instructions=INSTRUCTIONS,
+        version=__version__,
+        lifespan=lifespan,
+        middleware=[audit_tool_calls],
+    )
 
     def tool(annotations: ToolAnnotations) -> Callable[[Callable[..., Any]], Any]:
         def register(fn: Callable[..., Any]) -> Any:
+            registered.add(fn.__name__)
             if annotations.read_only_hint:
                 read_only.add(fn.__name__)
             server.tool(annotations=annotations, description=inspect.getdoc(fn))(guarded(state, fn))
@@ -125,21 +152,26 @@ def refuse_unknown_arguments(server: MCPServer, name: str) -> None:
     registered.parameters = closed.model_json_schema(by_alias=True)
 
 
-#: The longest argument name an error repeats (the caller's own text, so never all of it).
-MAX_NAME_ECHO = 40
+def arguments_of(server: MCPServer, name: str) -> list[str]:
+    """The names of the arguments tool ``name`` takes (its schema's properties)."""
+    registered = server._tool_manager.get_tool(name)  # noqa: SLF001 - no public handle
+    return list((registered.parameters.get("properties") or {}) if registered else {})
 
 
-def refused_arguments(state: AgentState, tool: str, error: ValidationError) -> CallToolResult:
+def refused_arguments(
+    state: AgentState, tool: str, error: ValidationError, known: set[str]
+) -> CallToolResult:
     """Arguments the tool's schema refuses, as the one-line error every other refusal is:
     each argument named with what is wrong with it, never its value (which may be huge, or a
-    guess at a secret); an unknown argument's name is shortened and shown escaped."""
+    guess at a secret); an argument the tool does not take is not named at all (its name is
+    the caller's text, so it could be a guess at a secret too), the names it takes are."""
     problems = []
     for item in error.errors(include_url=False, include_input=False):
-        name = ".".join(str(part) for part in item["loc"]) or "arguments"
-        if len(name) > MAX_NAME_ECHO:
-            name = name[:MAX_NAME_ECHO] + "..."
+        loc = [part for part in item["loc"] if part in known or isinstance(part, int)]
+        name = ".".join(str(part) for part in loc) or "arguments"
         if item["type"] == "extra_forbidden":
-            problems.append(f"unknown argument {name!r} (see the tool's input schema)")
+            takes = ", ".join(sorted(known)) or "none"
+            problems.append(f"an argument the tool does not take (it takes: {takes})")
         elif item["type"] == "missing":
             problems.append(f"{name} is required")
         else:

@@ -18,7 +18,7 @@ import re
 import threading
 import time
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
@@ -53,6 +53,7 @@ from evalsweep.config import load_config
 from evalsweep.errors import EvalsweepError, TargetError
 from evalsweep.options import agent_options, option
 from evalsweep.store import Store
+from evalsweep.text import visible
 
 T = TypeVar("T", bound=BaseModel)
 #: Room kept beside a result for the JSON-RPC envelope around it.
@@ -110,9 +111,17 @@ class AgentState:
         self.watchdog_running = False
 
     def connection(self, ctx: Context | None) -> str:
-        headers = ctx.headers if ctx is not None else None
-        session = headers.get("mcp-session-id") if headers else None
-        return f"{self.server_id}/{session}" if session else self.server_id
+        """The connection a call's spend counts against: this server process, or the HTTP
+        session the transport itself tracks (never a header the client merely sends: a
+        stateless client's ``mcp-session-id`` routes nothing, so it names nothing here)."""
+        if ctx is None:
+            return self.server_id
+        try:  # the transport's own id of the connection: None on stdio and stateless HTTP
+            connection = getattr(ctx.request_context.session, "_connection", None)
+        except ValueError:  # outside a request
+            connection = None
+        session = getattr(connection, "session_id", None)
+        return f"{self.server_id}/{session}" if isinstance(session, str) else self.server_id
 
     def target(self, name: str) -> Target:
         if name not in self.targets:
@@ -170,22 +179,36 @@ class AgentState:
             line = line.encode()[: room - 40].decode(errors="ignore") + "... (error shortened)"
         return CallToolResult(content=[TextContent(type="text", text=line)], is_error=True)
 
-    def audit_refusal(self, tool: str, message: str, arguments: dict[str, Any]) -> None:
-        """The audit entry of a refused call (the server's one choke point calls this): the
-        line the agent was told, the arguments exactly as received (ASCII-escaped JSON,
-        secrets masked), and the quote and target it was about, where they are known."""
+    def audit_call(
+        self, name: Any, params: Mapping[str, Any], message: str, tools: set[str]
+    ) -> None:
+        """The audit entry of a refused tool call (the server's one choke point calls this):
+        the line the agent was told, the call's arguments exactly as received
+        (ASCII-escaped JSON, stored secrets masked), and the quote and target it was about,
+        where they are known. A name that is no tool of ours is kept only inside
+        ``received`` (as ASCII-escaped JSON), never as the entry's tool."""
+        arguments = params.get("arguments")
+        known = isinstance(name, str) and name in tools
+        sent = arguments if known else {"name": name, "arguments": arguments}
         received = self.secrets.redact(
-            json.dumps(arguments, ensure_ascii=True, sort_keys=True, default=repr)
+            json.dumps(sent, ensure_ascii=True, sort_keys=True, default=repr)
         )
-        quote_id = arguments.get("quote_id")
+        message = self.secrets.redact(visible(" ".join(message.split())))
+        fields = arguments if isinstance(arguments, Mapping) else {}
+        quote_id = fields.get("quote_id")
         quote_id = quote_id if isinstance(quote_id, str) and QUOTE_ID.match(quote_id) else None
-        target = arguments.get("target")
+        target = fields.get("target")
         target = target if isinstance(target, str) and target in self.targets else None
         if quote_id is not None:
             with contextlib.suppress(GateError):
                 target = load_quote(self.store, quote_id).target
         audit_refusal(
-            self.store, message, received=received, tool=tool, quote_id=quote_id, target=target
+            self.store,
+            message[:MAX_ERROR_CHARS],
+            received=received,
+            tool=name if known else "(no such tool)",
+            quote_id=quote_id,
+            target=target,
         )
 
     def worst_case(self, rate: float, connection: str) -> float:

@@ -90,6 +90,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("command", nargs=argparse.REMAINDER)
     args = parser.parse_args(argv)
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
+    stopped = {"reason": ""}
+    signal.signal(signal.SIGTERM, lambda *_: stopped.update(reason="terminated"))
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if not _record_pid(args.store, args.job) or stopped["reason"]:
+        # Stopped before its command started (cancelled while it was being started).
+        with open(args.log, "ab") as early:
+            early.write(b"evalsweep: job stopped before it started\n")
+        _record_end(args, -1, "cancelled", time.time())
+        return 0
 
     env = dict(os.environ)
     names = [n for n in env.pop(REDACT_ENV, "").split(",") if n]
@@ -97,9 +106,6 @@ def main(argv: list[str] | None = None) -> int:
         ((env[n].encode(), f"[secret {n}]".encode()) for n in names if env.get(n)),
         key=lambda pair: -len(pair[0]),
     )
-    stopped = {"reason": ""}
-    signal.signal(signal.SIGTERM, lambda *_: stopped.update(reason="terminated"))
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
 
     with open(args.log, "ab", buffering=0) as log:
         if time.time() >= args.deadline:
@@ -141,6 +147,26 @@ def main(argv: list[str] | None = None) -> int:
         log.write(f"evalsweep: job exited with status {code}\n".encode())
     _record_end(args, code, stopped["reason"], exited["at"])
     return 0
+
+
+def _record_pid(store_path: str, job: str) -> bool:
+    """This supervisor's pid and start time in the job's row, first thing: a server that
+    reads the row while the one that started it has not written them yet sees a job being
+    started, not a lost one. False when the job is no longer running (it was cancelled
+    while it was being started): then its command must not start."""
+    from evalsweep.store import Store
+
+    stat = Path(f"/proc/{os.getpid()}/stat").read_text().rsplit(")", 1)[1].split()
+    with Store(store_path) as store:
+        with store.connection:
+            store.connection.execute(
+                "UPDATE agent_jobs SET pid = ?, pid_start = ? WHERE job_id = ? AND pid IS NULL",
+                (os.getpid(), stat[19], job),
+            )
+        row = store.connection.execute(
+            "SELECT status FROM agent_jobs WHERE job_id = ?", (job,)
+        ).fetchone()
+    return row is not None and row[0] == "running"
 
 
 def _write_progress(store_path: str, job: str, parts: dict[str, list[int]]) -> None:

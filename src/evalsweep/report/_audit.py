@@ -18,14 +18,18 @@ def _clock(value: float | None) -> str:
 
 
 def _text(entry: dict[str, Any]) -> str:
-    """An entry's text; a refusal's also says what was received, exactly (ASCII JSON)."""
+    """An entry's text, one line as the one renderer shows it (a newline in it is shown as
+    ``\\n``, so no entry can draw a line of its own); a refusal's second line says what was
+    received, exactly (ASCII-escaped JSON)."""
+    line = visible(str(entry["text"]))
     detail = entry.get("detail") or {}
     received = detail.get("received") if isinstance(detail, dict) else None
     if not received:
-        return str(entry["text"])
+        return line
     more = detail.get("received_chars")
     cut = f" (first {len(received)} of {more} characters)" if more else ""
-    return f"{entry['text']}\nreceived by {detail.get('tool', '?')}{cut}: {received}"
+    tool = visible(str(detail.get("tool", "?")))
+    return f"{line}\nreceived by {tool}{cut}: {visible(str(received))}"
 
 
 def render_audit(entries: list[dict[str, Any]]) -> Table:
@@ -44,6 +48,6 @@ def render_audit(entries: list[dict[str, Any]]) -> Table:
             "" if entry.get("output_bytes") is None else str(entry["output_bytes"]),
             # Commands as run: data, never markup; escaped before the table is laid out (the
             # console escapes again what reaches it, so this only keeps the columns true).
-            Text(visible(_text(entry), newlines=True)),
+            Text(_text(entry)),
         )
     return table
