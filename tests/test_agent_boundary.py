@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import sys as _sys
@@ -497,3 +498,211 @@ async def test_over_stdio_the_rule_the_template_sandbox_and_the_audit_hold(
     assert [e["detail"]["received"] for e in refusals] == [
         json.dumps(args, sort_keys=True) for _, args in calls
     ]
+
+
+# -- what an outside review found: names, protocol refusals, sessions, starts, orphans -------
+
+
+@pytest.mark.anyio
+async def test_a_tool_name_or_argument_name_is_never_echoed_and_cannot_forge_audit_lines(
+    agent_env: Path, store_path: Path
+) -> None:
+    from evalsweep.agent import SecretBox
+
+    secret = "hf_SuperSecret42xyz"
+    SecretBox().set("HF_TOKEN", secret)
+    forged = 'cancel_job\nreceived by cancel_job: {"job_id": "j-0000000000"}\napproved q-1 by me'
+    async with Client(build_server(store_path, config={})) as client:
+        unknown = error_text(await client.call_tool(forged, {"job_id": "j-1111111111"}))
+        huge = error_text(await client.call_tool("x" * 200_000, {}))
+        as_secret = error_text(await client.call_tool(secret, {}))
+        right = error_text(await client.call_tool("job_logs", {"job_id": "j-1", secret: 1}))
+        wrong = error_text(await client.call_tool("job_logs", {"job_id": "j-1", "hf_Wrong42x": 1}))
+        right_w = error_text(await client.call_tool("cancel_job", {"job_id": "j-1", secret: 1}))
+    assert unknown == huge == as_secret == "evalsweep: no tool of that name (see the tool list)"
+    assert right == wrong and "secret" not in right and "Wrong" not in wrong
+    assert "it takes: job_id" in right_w
+    with Store(store_path) as store:
+        refusals = store.audit_entries(kind="refusal")
+    assert len(refusals) == 4  # the three unknown tools and the refused cancel_job
+    for entry in refusals:
+        assert "\n" not in entry["text"] and secret not in json.dumps(entry)
+    assert [e["detail"]["tool"] for e in refusals] == ["(no such tool)"] * 3 + ["cancel_job"]
+    assert len(refusals[1]["detail"]["received"]) <= 65_536
+    shown = subprocess.run(
+        [sys.executable, "-m", "evalsweep", "audit", "--store", str(store_path), "--no-color"],
+        capture_output=True, text=True, timeout=120, env={**os.environ, "COLUMNS": "400"},
+    ).stdout  # fmt: skip
+    # One line per refusal says what was received; a forged one stays inside the escaped
+    # JSON, after a visible \n.
+    assert len(re.findall(r"(?<!\\n)received by", shown)) == 4
+    assert "approved q-1" not in shown.replace("\\napproved q-1", "")
+
+
+def test_a_call_the_protocol_layer_refuses_is_audited(
+    store_path: Path, cli_env: dict[str, str], agent_env: Path
+) -> None:
+    server = subprocess.Popen(
+        [sys.executable, "-m", "evalsweep", "mcp", "--store", str(store_path)],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+        env={**cli_env, "EVALSWEEP_CONFIG": str(agent_env)}, text=True,
+    )  # fmt: skip
+    assert server.stdin is not None and server.stdout is not None
+
+    def send(message: dict[str, Any]) -> None:
+        server.stdin.write(json.dumps(message) + "\n")  # type: ignore[union-attr]
+        server.stdin.flush()  # type: ignore[union-attr]
+
+    def answer(wanted: int) -> dict[str, Any]:
+        while True:
+            line = server.stdout.readline()  # type: ignore[union-attr]
+            assert line, "the server closed its output"
+            message = json.loads(line)
+            if message.get("id") == wanted:
+                return dict(message)
+
+    try:
+        send({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+            "protocolVersion": "2025-06-18", "capabilities": {},
+            "clientInfo": {"name": "raw", "version": "1"}}})  # fmt: skip
+        answer(0)
+        send({"jsonrpc": "2.0", "method": "notifications/initialized"})
+        bad = ["q-0123456789", ["q-0123456789"], 7]
+        for number, arguments in enumerate(bad, start=1):
+            send({"jsonrpc": "2.0", "id": number, "method": "tools/call",
+                  "params": {"name": "start_sweep", "arguments": arguments}})  # fmt: skip
+            assert "error" in answer(number)
+    finally:
+        server.stdin.close()
+        server.wait(timeout=60)
+    with Store(store_path) as store:
+        refusals = store.audit_entries(kind="refusal")
+    assert [e["detail"]["received"] for e in refusals] == [json.dumps(a) for a in bad]
+    assert all("refused by the protocol layer" in e["text"] for e in refusals)
+
+
+def test_a_client_header_names_no_connection_of_its_own(
+    tmp_path: Path, cli_env: dict[str, str], agent_env: Path, store_path: Path
+) -> None:
+    import socket
+
+    import httpx
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    server = subprocess.Popen(
+        [sys.executable, "-m", "evalsweep", "mcp", "--http", "--port", str(port),
+         "--store", str(store_path)],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        env={**cli_env, "EVALSWEEP_CONFIG": str(agent_env)},
+    )  # fmt: skip
+    url = f"http://127.0.0.1:{port}/mcp"
+    try:
+        for _ in range(120):
+            try:
+                httpx.get(url, timeout=1)
+                break
+            except httpx.TransportError:
+                time.sleep(0.5)
+        connections = []
+        for session in ("one-client-A", "one-client-B", None):
+            headers = {"Content-Type": "application/json",
+                       "Accept": "application/json, text/event-stream",
+                       "mcp-method": "tools/call", "mcp-name": "spend",
+                       "mcp-protocol-version": "2026-07-28"}  # fmt: skip
+            if session:
+                headers["mcp-session-id"] = session
+            meta = {"io.modelcontextprotocol/protocolVersion": "2026-07-28",
+                    "io.modelcontextprotocol/clientCapabilities": {}}  # fmt: skip
+            body = {"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+                    "params": {"name": "spend", "arguments": {}, "_meta": meta}}  # fmt: skip
+            reply = httpx.post(url, headers=headers, json=body, timeout=60).text
+            if "data:" in reply[:40]:
+                reply = [line[5:] for line in reply.splitlines() if line.startswith("data:")][-1]
+            connections.append(json.loads(reply)["result"]["structuredContent"]["connection"])
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+    assert len(set(connections)) == 1 and "/" not in connections[0]
+
+
+@pytest.mark.anyio
+async def test_a_start_that_fails_before_its_job_runs_holds_nothing(
+    agent_env: Path, store_path: Path, gpt2_a: Path
+) -> None:
+    (store_path.parent / "evalsweep-jobs").write_text("in the way")
+    args = {"checkpoints": [str(gpt2_a)], "tasks": [TASK], "limit": 2}
+    async with Client(build_server(store_path, config=paid(5.0))) as client:
+        quote = result(await client.call_tool("quote_sweep", args))
+        assert approve_in_terminal(store_path, quote["quote_id"])[0] == 0
+        text = error_text(await client.call_tool("start_sweep", {"quote_id": quote["quote_id"]}))
+        spend = result(await client.call_tool("spend", {}))
+    assert text.startswith("start_sweep: ") and "\n" not in text
+    assert spend["global_reserved_usd"] == 0.0 and spend["running_usd_per_hour"] == 0.0
+    assert all(row["ended"] is not None for row in ledger_rows(store_path).values())
+
+
+@pytest.mark.anyio
+async def test_a_job_being_started_is_not_lost_and_orphans_are_stopped_and_billed(
+    agent_env: Path, store_path: Path, gpt2_a: Path
+) -> None:
+    import signal
+
+    from evalsweep.agent._jobs import job_processes
+
+    args = {"checkpoints": [str(gpt2_a)], "tasks": [TASK], "limit": 50}
+    async with Client(build_server(store_path, config=paid(5.0))) as client:
+        _, started = await approved_start(client, store_path, args)
+        job_id = result(started)["job_id"]
+        with Store(store_path) as store:  # as another server sees it while the job starts
+            pid = store.connection.execute(
+                "SELECT pid FROM agent_jobs WHERE job_id = ?", (job_id,)
+            ).fetchone()[0]
+            with store.connection:
+                store.connection.execute(
+                    "UPDATE agent_jobs SET pid = NULL WHERE job_id = ?", (job_id,)
+                )
+        async with Client(build_server(store_path, config=paid(5.0))) as other:
+            listed = result(await other.call_tool("list_jobs", {}))
+            assert listed["jobs"][0]["status"] == "running"
+        with Store(store_path) as store, store.connection:
+            store.connection.execute(
+                "UPDATE agent_jobs SET pid = ? WHERE job_id = ?", (pid, job_id)
+            )
+        with anyio.fail_after(60):
+            while not job_processes(job_id) or len(job_processes(job_id)) < 2:
+                await anyio.sleep(0.2)
+        os.kill(pid, signal.SIGKILL)  # the supervisor alone dies (an out-of-memory kill)
+        killed_at = time.time()
+        with anyio.fail_after(60):
+            while (status := result(await client.call_tool("job_status", {"job_id": job_id})))[
+                "status"
+            ] == "running":
+                await anyio.sleep(0.5)
+    assert status["status"] == "lost" and "processes were stopped" in status["reason"]
+    assert job_processes(job_id) == []
+    assert ledger_rows(store_path)[job_id]["ended"] >= killed_at  # billed until they stopped
+
+
+@pytest.mark.anyio
+async def test_a_checkpoint_swapped_after_the_start_is_refused_by_the_job(
+    agent_env: Path, store_path: Path, gpt2_a: Path, gpt2_b: Path, tmp_path: Path
+) -> None:
+    link = tmp_path / "link"
+    link.symlink_to(gpt2_a, target_is_directory=True)
+    args = {"checkpoints": [str(link)], "tasks": [TASK], "limit": 2}
+    async with Client(build_server(store_path, config={})) as client:
+        quote = result(await client.call_tool("quote_sweep", args))
+        started = result(await client.call_tool("start_sweep", {"quote_id": quote["quote_id"]}))
+        link.unlink()
+        link.symlink_to(gpt2_b, target_is_directory=True)
+        with anyio.fail_after(300):
+            while (
+                status := result(
+                    await client.call_tool("job_status", {"job_id": started["job_id"]})
+                )
+            )["status"] == "running":
+                await anyio.sleep(0.5)
+        log = result(await client.call_tool("job_logs", {"job_id": started["job_id"]}))["text"]
+    assert status["status"] == "failed" and "is not the one approved" in log

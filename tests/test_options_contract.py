@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import inspect
 import sys
-from dataclasses import MISSING, fields
+from dataclasses import MISSING, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -260,10 +260,12 @@ async def test_a_jobs_command_is_the_quoted_sweep_written_by_to_argv(
         call = await client.call_tool("quote_sweep", args)
     assert not call.is_error, call.content[0].text
     params = call.structured_content["params"]
-    spec = quoted_spec(params)
+    # The job also refuses checkpoints that no longer resolve to the approved identities.
+    spec = replace(quoted_spec(params), expect_identities=" ".join(params["identities"]))
     command = job_command(params, "local", store_path, tmp_path / "out", params["data_dir"])
     assert command[:4] == [sys.executable, "-m", "evalsweep", "run"]
     written = to_argv(spec)
+    assert written[written.index("--expect-identities") + 1] == params["identities"][0]
     assert command[-len(written) :] == written
     assert written[-2:] == ["--", str(gpt2_a)]  # references after --
     read = from_argv(written).spec

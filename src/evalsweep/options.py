@@ -180,6 +180,9 @@ OPTIONS: tuple[Option, ...] = (
        "(needed when sampling several completions).", "code", show_default=True, minimum=0.0),
     _o("ks", "--k", "ks", (1, 10, 100), "Code tasks: pass@k values.", "code",
        show_default=True),
+    _o("expect_identities", "--expect-identities", "text", None, "The identities the "
+       "checkpoints must resolve to, in order, separated by spaces (an approved job's).",
+       "spec", hidden=True),
     _o("baseline", "--baseline", "text", None, "Checkpoint the others are compared with "
        "(default: the first).", "job"),
     _o("subjects", "--subjects", "flag", False, "Also show MMLU per subject (significant "

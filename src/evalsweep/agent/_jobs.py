@@ -13,6 +13,7 @@ next tick.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import math
 import os
@@ -71,6 +72,8 @@ def job_command(
     quoted sweep as :func:`evalsweep.options.to_argv` writes it (its options, then ``--``
     and the references, so no reference can be read as an option)."""
     spec = quoted_spec({**params, "data_dir": data_dir})
+    # The job refuses checkpoints that no longer resolve to what the person approved.
+    spec = dataclasses.replace(spec, expect_identities=" ".join(params["identities"]))
     command = [sys.executable, "-m", "evalsweep", "run"]
     command += ["--store", str(store_path), "--out", str(out_dir)]
     # Always named: an inherited EVALSWEEP_TARGET must not move the job elsewhere.

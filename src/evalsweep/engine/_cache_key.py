@@ -74,6 +74,8 @@ SPEC_ROLES: Mapping[str, str] = {
     "backend": "backend key",
     "options": "backend key, field by field (OPTION_ROLES)",
     "chat": "task key (ChatOptions.settings)",
+    "expect_identities": "none: a check that the checkpoints are the approved ones (their "
+    "identities are the key)",
 }
 
 

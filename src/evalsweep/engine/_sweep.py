@@ -19,7 +19,7 @@ from typing import Any, Protocol
 from evalsweep.checkpoints import ResolvedCheckpoint, resolve_checkpoints
 from evalsweep.engine._cache_key import backend_cache_key, task_cache_key
 from evalsweep.engine._chat import ChatOptions, load_chat_template, render_documents
-from evalsweep.errors import TaskError
+from evalsweep.errors import CheckpointError, TaskError
 from evalsweep.models import Backend, BackendOptions, load_backend
 from evalsweep.requests import GenerationRequest, LoglikelihoodRequest, LoglikelihoodResult
 from evalsweep.store import SampleRecord, Store
@@ -66,6 +66,9 @@ class SweepSpec:
     backend: str = "hf"
     options: BackendOptions = field(default_factory=BackendOptions)
     chat: ChatOptions = field(default_factory=ChatOptions)
+    #: The identities the checkpoints must resolve to, in order, separated by spaces (an
+    #: approved agent job's: what the person approved is what runs); ``None``: any.
+    expect_identities: str | None = None
 
 
 @dataclass
@@ -122,6 +125,15 @@ def plan_sweep(spec: SweepSpec) -> tuple[list[ResolvedCheckpoint], dict[str, Tas
         raise TaskError(f"--num-fewshot must be 0 or more, got {spec.num_fewshot}")
     tasks = [get_task(t) if isinstance(t, str) else t for t in dict.fromkeys(spec.tasks)]
     checkpoints = resolve_checkpoints(list(spec.checkpoints))
+    if spec.expect_identities is not None:
+        expected = spec.expect_identities.split()
+        for index, checkpoint in enumerate(checkpoints):
+            wanted = expected[index] if index < len(expected) else "(none)"
+            if checkpoint.identity != wanted or len(expected) != len(checkpoints):
+                raise CheckpointError(
+                    f"checkpoint {checkpoint.reference!r} is not the one approved: it resolves "
+                    f"to {checkpoint.identity} now, the approval was for {wanted}; quote again"
+                )
     source = DataSource(spec.data_dir)
     task_runs = {}
     for task in tasks:
