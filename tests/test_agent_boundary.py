@@ -459,6 +459,12 @@ async def test_calls_refused_by_validation_are_audited_with_what_was_received(
         refusals = store.audit_entries(kind="refusal")
     assert len(refusals) == len(calls)
     for (tool, arguments), entry in zip(calls, refusals, strict=True):
+        if tool == "approve_quote":  # no such tool: its name is kept only inside received
+            assert entry["detail"]["tool"] == "(no such tool)"
+            sent = {"name": tool, "arguments": arguments}
+            assert entry["detail"]["received"] == json.dumps(sent, sort_keys=True)
+            assert entry["text"] == "evalsweep: no tool of that name (see the tool list)"
+            continue
         assert entry["detail"]["tool"] == tool
         assert entry["detail"]["received"] == json.dumps(arguments, sort_keys=True)
         assert entry["text"].startswith(f"{tool}: ")
@@ -491,7 +497,7 @@ async def test_over_stdio_the_rule_the_template_sandbox_and_the_audit_hold(
     assert "template refused" in texts[1] and texts[2] == (
         "quote_sweep: gpu contains a control character U+001B at position 5"
     )
-    assert "unknown argument 'consent'" in texts[3]
+    assert "unknown argument 'consent'" in texts[3]  # a tool's argument: a public word
     assert not (tmp_path / "CANARY").exists()
     with Store(store_path) as store:
         refusals = store.audit_entries(kind="refusal")

@@ -21,6 +21,7 @@ import pytest
 from mcp import Client, StdioServerParameters
 
 from evalsweep.store import Store
+from evalsweep.text import visible
 
 TASK = "mmlu_abstract_algebra"
 CAP = 17_000
@@ -129,12 +130,15 @@ async def test_results_fit_the_cap_as_sent_logs_page_safely_and_progress_shows(
             handle.write(f"\n{key}{key}\nlast line\n")
         full = log_path.read_text().replace(key, "[secret OPENAI_API_KEY]")
 
+        # Pages are shown as a person may be shown them: control characters escaped.
         default_pages = await read_log(client, job_id, 20_000)
-        assert "".join(default_pages) == full
+        assert "".join(default_pages) == visible(full, newlines=True)
+        assert "\x01" not in "".join(default_pages) and "\\x01" in default_pages[-1]
         for size in (17, 5, 40):
             pages = await read_log(client, job_id, size, offset=len(log.encode()) - 10)
             text = "".join(pages)
-            assert text == full.encode()[len(log.encode()) - 10 :].decode()
+            rest = full.encode()[len(log.encode()) - 10 :].decode()
+            assert text == visible(rest, newlines=True)
             for page in pages:  # no page holds a piece of the key
                 assert not any(key[i : i + 6] in page for i in range(len(key) - 5)), page
         start = log_path.read_bytes().index(key.encode())
@@ -155,7 +159,11 @@ async def test_results_fit_the_cap_as_sent_logs_page_safely_and_progress_shows(
     with Store(store_path) as store:
         audited = store.audit_entries(kind="refusal")
     assert audited and all(len(e["text"]) < 500 for e in audited)
-    assert all(len(json.dumps(e["detail"])) < 500 for e in audited)
+    # What a refused call received is kept exactly, up to 65,536 characters (the count of
+    # the rest beside it).
+    assert all(len(e["detail"]["received"]) <= 65_536 for e in audited)
+    cut = [e["detail"] for e in audited if "received_chars" in e["detail"]]
+    assert [d["received_chars"] for d in cut] == [len(json.dumps({"quote_id": huge}))]
 
     async with Client(server(store_path, env, 3000), read_timeout_seconds=120) as small:
         pages, offset = [], 0

@@ -15,6 +15,7 @@ import json
 import math
 import sqlite3
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -319,7 +320,11 @@ async def test_a_parameter_the_tool_does_not_take_is_refused_not_dropped(
         call = await client.call_tool("quote_sweep", args)
         start = await client.call_tool("start_sweep", {"quote_id": "q-0123456789", **extra})
     assert call.is_error and start.is_error
-    assert next(iter(extra)) in call.content[0].text
+    sent = next(iter(extra))
+    text = call.content[0].text
+    assert "the tool does not take it (it takes: checkpoints, gpu, limit" in text
+    # A word of evalsweep's own is named back; any other name could be a guess at a secret.
+    assert (repr(sent) in text) == (sent != "Limit"), text
     assert quotes_in(store_path) == 0
     for name in ("quote_sweep", "start_sweep", "job_logs"):
         assert schema[name].get("additionalProperties") is False, name
@@ -401,7 +406,9 @@ async def test_the_quote_prices_the_spec_the_job_process_reads(
     parsed = parse_run(command[4:])
     assert parsed["target"] == "local"
     job = build_spec(parsed.pop("checkpoints"), parsed)
-    assert spec_values(job) == spec_values(quoted_spec(params))
+    # The job's spec is the quote's, and it pins the approved identities.
+    assert job.expect_identities == " ".join(params["identities"])
+    assert spec_values(replace(job, expect_identities=None)) == spec_values(quoted_spec(params))
     assert job.options.device == "cpu" and (job.limit, job.num_fewshot) == (2, 1)
     work = plan_work(
         list(job.checkpoints), [str(t) for t in job.tasks], data_dir=job.data_dir,
@@ -416,10 +423,10 @@ async def test_the_quote_prices_the_spec_the_job_process_reads(
 @pytest.mark.parametrize(
     ("tool", "args", "named"),
     [
-        ("quote_sweep", {"tasks": [TASK], "Limit": "sk-GUESSED-SECRET-0001"}, "'Limit'"),
+        ("quote_sweep", {"tasks": [TASK], "Limit": "sk-GUESSED-SECRET-0001"}, "an unknown arg"),
         ("quote_sweep", {"tasks": [TASK], "limit": "sk-GUESSED-SECRET-0001"}, "limit:"),
         ("quote_sweep", {"tasks": "sk-GUESSED-SECRET-0001"}, "tasks:"),
-        ("quote_sweep", {"tasks": [TASK], "k" * 5000 + "sk-GUESSED-SECRET-0001": 1}, "unknown"),
+        ("quote_sweep", {"tasks": [TASK], "k" * 5000 + "sk-GUESSED-SECRET-0001": 1}, "an unknown"),
         ("start_sweep", {"quote_id": ["sk-GUESSED-SECRET-0001"]}, "quote_id:"),
         ("job_logs", {"job_id": {"sk-GUESSED-SECRET-0001": 1}}, "job_id:"),
         ("job_logs", {"job_id": "j-0", "max_bytes": "sk-GUESSED-SECRET-0001"}, "max_bytes:"),

@@ -86,7 +86,8 @@ def build_server(
                 cause = exc.__cause__
                 if isinstance(exc, UnexpectedToolError) or not isinstance(cause, ValidationError):
                     raise
-                return refused_arguments(state, name, cause, set(arguments_of(self, name)))
+                every = {a for tool in registered for a in arguments_of(self, tool)}
+                return refused_arguments(state, name, cause, set(arguments_of(self, name)), every)
 
     async def audit_tool_calls(ctx: Any, call_next: Any) -> Any:
         """The one choke point of refusals: every ``tools/call`` of a tool that is not
@@ -159,19 +160,28 @@ def arguments_of(server: MCPServer, name: str) -> list[str]:
 
 
 def refused_arguments(
-    state: AgentState, tool: str, error: ValidationError, known: set[str]
+    state: AgentState, tool: str, error: ValidationError, known: set[str], vocabulary: set[str]
 ) -> CallToolResult:
     """Arguments the tool's schema refuses, as the one-line error every other refusal is:
     each argument named with what is wrong with it, never its value (which may be huge, or a
     guess at a secret); an argument the tool does not take is not named at all (its name is
-    the caller's text, so it could be a guess at a secret too), the names it takes are."""
+    the caller's text, so it could be a guess at a secret too) unless it is a word of
+    evalsweep's own (``vocabulary``: every tool's argument names; and every run option's);
+    the names it takes are listed."""
+    from evalsweep.options import OPTIONS
+
+    # Words of evalsweep's own (its run options, its tools' arguments) are public, so an
+    # argument so named is named back; any other name could be a guess at a secret.
+    public = {each.name for each in OPTIONS} | vocabulary | {"consent"}  # and the hidden one
     problems = []
     for item in error.errors(include_url=False, include_input=False):
         loc = [part for part in item["loc"] if part in known or isinstance(part, int)]
         name = ".".join(str(part) for part in loc) or "arguments"
         if item["type"] == "extra_forbidden":
             takes = ", ".join(sorted(known)) or "none"
-            problems.append(f"an argument the tool does not take (it takes: {takes})")
+            sent = item["loc"][-1] if item["loc"] else None
+            what = f"unknown argument {sent!r}" if sent in public else "an unknown argument"
+            problems.append(f"{what}: the tool does not take it (it takes: {takes})")
         elif item["type"] == "missing":
             problems.append(f"{name} is required")
         else:

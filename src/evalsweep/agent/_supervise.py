@@ -166,7 +166,7 @@ def _record_pid(store_path: str, job: str) -> bool:
         row = store.connection.execute(
             "SELECT status FROM agent_jobs WHERE job_id = ?", (job,)
         ).fetchone()
-    return row is not None and row[0] == "running"
+    return row is None or row[0] == "running"  # no row: run by hand, as a test does
 
 
 def _write_progress(store_path: str, job: str, parts: dict[str, list[int]]) -> None:
