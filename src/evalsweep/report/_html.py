@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from evalsweep.errors import EvalsweepError
 from evalsweep.report._document import _atomic_write
+from evalsweep.report._html_trend import trend_section
 from evalsweep.report._numbers import finite as _finite
 from evalsweep.report._numbers import fixed as _fmt
 from evalsweep.report._numbers import p_value as _p
@@ -61,10 +62,14 @@ def render_html(document: ResultDocument, flips: Mapping[str, Sequence[Mapping[s
     view = _View(document)
     figures = _Figures()
     go = _plotly()
+    # A training run's trend replaces the forest plot: one panel per candidate does not
+    # read with twelve or fifty checkpoints.
+    trend = trend_section(document, figures.embed, go)
     sections = [
         _summary_section(view, flips),
+        trend,
         _table_section(view),
-        _forest_section(view, figures, go),
+        "" if trend else _forest_section(view, figures, go),
         _heatmap_section(view, figures, go),
         _passk_section(view, figures, go),
         _flips_section(view, flips),
@@ -823,8 +828,9 @@ def _listy(value: Any) -> bool:
 
 def _nav(view: _View) -> str:
     links = [
+        ("trend", "trend") if view.document.steps else None,
         ("table", "table"),
-        ("forest", "differences"),
+        None if view.document.steps else ("forest", "differences"),
         ("heatmap", "per subject") if view.subject_tasks else None,
         ("passk", "pass@k"),
         ("flips", "flips"),
