@@ -310,11 +310,11 @@ def pieces_to_import(paths: Sequence[Path]) -> list[tuple[Path, Piece | None]]:
             )
         planned.append((path, manifest[path.name] if manifest is not None else None))
     seen: set[Path] = set()
-    unique = []
-    for path, piece in planned:
+    unique: list[tuple[Path, Piece | None]] = []
+    for path, listed_as in planned:
         if path.resolve() not in seen:
             seen.add(path.resolve())
-            unique.append((path, piece))
+            unique.append((path, listed_as))
     # Files of one export in its manifest's order, where its first file was given.
     first: dict[Path, int] = {}
     keys = []
