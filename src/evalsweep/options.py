@@ -408,11 +408,11 @@ def build_spec(checkpoints: Sequence[str], values: Mapping[str, Any]) -> SweepSp
 
     parts: dict[str, dict[str, Any]] = {"spec": {}, "backend": {}, "chat": {}, "code": {}}
     for each in OPTIONS:
+        value = values.get(each.name, each.default)
+        problem = number_problem(each, value)
+        if problem:  # every number given, also of the options that do not fill the spec
+            raise ConfigError(f"{each.flag} {problem}")
         if each.lands in parts:
-            value = values.get(each.name, each.default)
-            problem = number_problem(each, value)
-            if problem:
-                raise ConfigError(f"{each.flag} {problem}")
             if each.kind in ("folder", "file") and value is not None:
                 value = str(value)
             parts[each.lands][each.attribute] = value
