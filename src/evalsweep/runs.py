@@ -10,8 +10,10 @@ run is named three ways, and each becomes a list of ordinary checkpoint referenc
 - a Hub repository's step branches or tags, by a pattern (``org/model@step*``),
   listed with ``huggingface_hub``;
 - checkpoints given one by one that are one run: folders of one parent, or
-  revisions of one Hub repository, each name with one number. They are put in
-  step order too, and :attr:`Expansion.notes` says so once.
+  revisions of one Hub repository, each named as frameworks name steps
+  (``checkpoint-N``, ``step-N``, ``stepN``, ``global_stepN``, ``iter_N``; not any
+  name with a number, so ``exp2 exp1`` keep their order and their baseline). They
+  are put in step order too, and :attr:`Expansion.notes` says so once.
 
 A checkpoint folder that is not complete (its save in progress, a shard its
 safetensors index lists missing, a weight file shorter than its header says) is
@@ -295,9 +297,10 @@ def _one_run_given(expansion: Expansion, selection: Selection) -> None:
         else:
             parent, _, name = reference.rstrip("/").rpartition("/")
             group = parent or "."
-        step = step_of(name)
-        if step is None:
+        known = KNOWN_NAMES.match(name)  # one by one: only names frameworks give steps
+        if known is None:
             return
+        step = int(known.group(1))
         groups.add(group)
         steps[reference] = step
     if len(groups) != 1 or len(set(steps.values())) != len(steps):

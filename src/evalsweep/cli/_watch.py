@@ -92,10 +92,13 @@ def watch(
             raise ConfigError("--on-regression is empty: give 'fail' or a command")
     scored: set[str] = set()
     said: set[tuple[str, str]] = set()
+    looked = _Looked()
     last_new = time.monotonic()
     try:
         while True:
-            ready, steps = _ready(run_reference, values, settle, said)
+            ready, steps = looked.again(run_reference) or _ready(
+                run_reference, values, settle, said, looked
+            )
             new = [r for r in ready if r not in scored]
             if new:
                 regressed = _score(ready, steps, new, values, first=not scored)
@@ -111,8 +114,47 @@ def watch(
         note("stopped; everything scored is in the store")
 
 
+class _Looked:
+    """The last look at a local run folder, kept while nothing in it changes.
+
+    An idle poll then costs one listing of the run folder and a ``stat`` of each
+    entry: a new or renamed checkpoint folder, or a file added to one, changes its
+    folder's modification time. While a checkpoint is incomplete or settling, every
+    poll looks again in full.
+    """
+
+    def __init__(self) -> None:
+        self.signature: tuple[tuple[str, int], ...] | None = None
+        self.found: tuple[list[str], dict[str, int]] | None = None
+
+    @staticmethod
+    def sign(reference: str) -> tuple[tuple[str, int], ...] | None:
+        path = Path(reference).expanduser()
+        if "@" in reference and not path.exists():
+            return None  # a Hub pattern: asked each time
+        try:
+            with os.scandir(path) as entries:
+                return tuple(sorted((e.name, e.stat().st_mtime_ns) for e in entries))
+        except OSError:
+            return None
+
+    def again(self, reference: str) -> tuple[list[str], dict[str, int]] | None:
+        """What the last look found, if the folder is as it was then."""
+        if self.found is None or self.signature is None:
+            return None
+        return self.found if self.sign(reference) == self.signature else None
+
+    def keep(self, reference: str, found: tuple[list[str], dict[str, int]], settled: bool) -> None:
+        self.signature = self.sign(reference) if settled else None
+        self.found = found if settled else None
+
+
 def _ready(
-    reference: str, values: dict[str, Any], settle: float, said: set[tuple[str, str]]
+    reference: str,
+    values: dict[str, Any],
+    settle: float,
+    said: set[tuple[str, str]],
+    looked: _Looked,
 ) -> tuple[list[str], dict[str, int]]:
     """The run's complete checkpoints whose files have been still for ``settle`` seconds,
     in step order, and their steps (an incomplete one is named once)."""
@@ -136,8 +178,12 @@ def _ready(
             said.add((name, why))
             note(f"{name}: {why}; waiting")
     now = time.time()
+    signature = looked.sign(reference)
     ready = [r for r in expansion.references if _still(Path(r), now, settle)]
-    return ready, {r: expansion.steps[r] for r in ready}
+    found = (ready, {r: expansion.steps[r] for r in ready})
+    settled = not expansion.skipped and len(ready) == len(expansion.references)
+    looked.keep(reference, found, settled and signature == looked.sign(reference))
+    return found
 
 
 def _still(folder: Path, now: float, settle: float) -> bool:

@@ -146,7 +146,7 @@ def _evidence(
 def _against(row: Comparison, other: str, inverted: bool = False) -> str:
     """One paired result from the best checkpoint's side (``inverted``: the row compares
     the other checkpoint with the best one)."""
-    delta = -row.delta if inverted else row.delta
+    delta = 0.0 - row.delta if inverted else row.delta  # no "-0.0"
     verdict = row.verdict
     if inverted and verdict is not Verdict.NO_SIGNIFICANT_CHANGE:
         verdict = Verdict.IMPROVEMENT if verdict is Verdict.REGRESSION else Verdict.REGRESSION
