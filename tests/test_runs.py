@@ -23,7 +23,7 @@ from rich.console import Console
 
 from conftest import run_cli
 from evalsweep.errors import CheckpointError, ConfigError
-from evalsweep.report import parse_document, render_trend
+from evalsweep.report import document_json, parse_document, render_trend
 from evalsweep.runs import Selection, expand_references, incomplete, step_of
 
 SUBJECT_TASK = "mmlu_high_school_geography"
@@ -274,6 +274,14 @@ def test_a_hub_pattern_matching_nothing_or_no_repository_is_one_error(hub: list[
         expand_references(["org/other@step*"])
 
 
+def test_the_hub_offline_is_one_line_naming_the_run() -> None:
+    ran = run_cli(["run", "org/model@step*", "--tasks", "mmlu"])
+    assert ran.returncode == 2
+    assert ran.stderr.strip() == (
+        "evalsweep: error: run 'org/model@step*': cannot list its branches (HF_HUB_OFFLINE is set)"
+    )
+
+
 def test_hub_steps_given_one_by_one_are_put_in_step_order() -> None:
     expansion = expand_references(["org/model@step3000", "org/model@step200"])
     assert expansion.references == ["org/model@step200", "org/model@step3000"]
@@ -302,6 +310,8 @@ def test_run_on_a_run_folder_shows_the_trend(
         ["compare", trainer_run, "--tasks", SUBJECT_TASK, "--store", store, "--json"], check=True
     )
     document = json.loads(shown.stdout)
+    read = parse_document(shown.stdout, "compare")  # schema 3: steps and previous read back
+    assert parse_document(document_json(read), "again") == read
     # On a terminal of 100 columns every checkpoint's row stays whole, on one line.
     console = Console(width=100, record=True, color_system=None)
     console.print(render_trend(parse_document(shown.stdout, "compare")))

@@ -269,6 +269,8 @@ def _hub_steps(reference: str) -> list[tuple[int, str]]:
         raise CheckpointError(f"run {reference!r}: no such repository on the Hub") from exc
     except Exception as exc:  # network down, offline mode, HTTP errors
         reason = (str(exc).strip().split("\n")[0] or type(exc).__name__)[:160]
+        if "offline mode" in reason:
+            reason = "HF_HUB_OFFLINE is set"
         raise CheckpointError(f"run {reference!r}: cannot list its branches ({reason})") from exc
     found: dict[int, str] = {}
     for ref in [*refs.branches, *refs.tags]:
