@@ -55,6 +55,8 @@ def train(out: Path, steps: int) -> Path:
         vocab_size=len(tokenizer), n_positions=1024, n_embd=32, n_layer=2, n_head=2,
         bos_token_id=eos, eos_token_id=eos,
     )  # fmt: skip
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = EOS
     lines = corpus_from_data_dir(DATA, max_lines=400)
     rows = []
     for line in lines:
@@ -65,8 +67,6 @@ def train(out: Path, steps: int) -> Path:
         learning_rate=3e-3, report_to=[], use_cpu=True, logging_strategy="no",
         disable_tqdm=True, save_safetensors=True,
     )  # fmt: skip
-    if tokenizer.pad_token is None:
-        tokenizer.pad_token = EOS
     Trainer(
         model=GPT2LMHeadModel(config),
         args=arguments,
@@ -93,7 +93,9 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def watch_idle(run: Path, common: list[Any], env: dict[str, str], idle: float) -> tuple[float, float]:
+def watch_idle(
+    run: Path, common: list[Any], env: dict[str, str], idle: float
+) -> tuple[float, float]:
     """Seconds until a resumed watch is idle, and its CPU seconds over ``idle`` seconds then."""
     began = time.perf_counter()
     process = subprocess.Popen(
@@ -165,7 +167,8 @@ def main() -> None:
           f"{len(document['comparisons'])} rows against the baseline, "
           f"{len(document['previous'])} against the checkpoint before; "
           f"{moved} of {len(headline)} headline rows significant")  # fmt: skip
-    print(f"- `report RUN --html`: {report_s:.1f} s ({(work / 'trend.html').stat().st_size / 1e6:.1f} MB)")
+    html_mb = (work / "trend.html").stat().st_size / 1e6
+    print(f"- `report RUN --html`: {report_s:.1f} s ({html_mb:.1f} MB)")
     print(f"- terminal trend view on 100 columns: widest line {widest} characters")
     print(f"- resumed `watch RUN`: idle after {ready_s:.1f} s; {idle_cpu:.2f} CPU s in "
           f"{options.idle:.0f} s idle")  # fmt: skip
