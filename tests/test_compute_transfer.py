@@ -199,6 +199,15 @@ def test_export_and_import_commands_round_trip_a_real_sweep(
     )
     assert by_folder.returncode == 0, by_folder.stderr
     same_store(path, tmp_path / "folder.sqlite")
+    # ... or as a shell expands pieces/*: the manifest among them, in the shell's order.
+    by_glob = _evalsweep(
+        ["import-results", *sorted(str(p) for p in out.iterdir()), "--store",
+         str(tmp_path / "glob.sqlite")],
+        cli_env,
+    )  # fmt: skip
+    assert by_glob.returncode == 0, by_glob.stderr
+    assert f"from {len(listed)} pieces" in by_glob.stdout
+    same_store(path, tmp_path / "glob.sqlite")
 
 
 def _one_line_error(ran: subprocess.CompletedProcess[str]) -> str:

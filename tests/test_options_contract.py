@@ -140,7 +140,8 @@ def test_every_option_that_fills_a_spec_is_classified_for_the_cache_key() -> Non
         if option.lands == "spec":
             assert option.attribute in SPEC_ROLES, f"classify {option.attribute} in SPEC_ROLES"
         # What changes the work travels to remote runs and jobs; nothing else does.
-        assert option.travels == (option.lands != "presentation"), option.name
+        # A run's checkpoints are chosen before the references travel.
+        assert option.travels == (option.lands not in ("presentation", "selection")), option.name
 
 
 def test_every_click_parameter_of_run_is_an_option() -> None:

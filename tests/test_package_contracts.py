@@ -55,7 +55,7 @@ def test_every_report_asset_is_package_data_and_is_inlined() -> None:
 def test_html_and_markdown_write_numbers_with_the_same_functions() -> None:
     for module in (_html, _markdown):
         assert module._fmt is _numbers.fixed
-        assert module._signed is _numbers.signed
+        assert module._points is _numbers.points  # a difference: always in points
         assert module._p is _numbers.p_value
 
 
@@ -65,9 +65,9 @@ def test_html_and_markdown_write_numbers_with_the_same_functions() -> None:
         (_numbers.fixed, 0.63125, "0.6312"),
         (_numbers.fixed, float("nan"), "n/a"),
         (_numbers.fixed, None, "n/a"),
-        (_numbers.signed, 0.0125, "+0.013"),
-        (_numbers.signed, -0.004, "-0.004"),
-        (_numbers.signed, float("inf"), "n/a"),
+        (_numbers.points, 0.0125, "+1.2"),
+        (_numbers.points, -0.004, "-0.4"),
+        (_numbers.points, float("inf"), "n/a"),
         (_numbers.p_value, 0.0123, "0.012"),
         (_numbers.p_value, 0.00012345, "0.00012"),
         (_numbers.p_value, float("nan"), "n/a"),

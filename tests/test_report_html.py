@@ -319,8 +319,8 @@ def test_table_colours_regressions_red_and_improvements_green(inputs: ReportInpu
         by_verdict.setdefault(cell.get_attribute("data-verdict"), []).append(cell)
     # The letter models' designed outcomes (always-B: every geography answer lost, every
     # marketing answer gained); the random checkpoint's verdicts are whatever it earns.
-    assert any("Δ -1.000 ▼" in cell.text for cell in by_verdict["regression"])
-    assert any("Δ +1.000 ▲" in cell.text for cell in by_verdict["improvement"])
+    assert any("Δ -100.0 ▼" in cell.text for cell in by_verdict["regression"])
+    assert any("Δ +100.0 ▲" in cell.text for cell in by_verdict["improvement"])
     for cell in by_verdict["regression"]:
         assert cell.value_of_css_property("color") == RED and "▼" in cell.text
     for cell in by_verdict["improvement"]:
@@ -563,3 +563,61 @@ def test_serve_lists_stored_runs_and_renders_each_on_loopback(inputs: ReportInpu
         server.shutdown()
         server.server_close()
         thread.join(timeout=10)
+
+
+# --- a training run's trend -------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def trend_file(tmp_path_factory: pytest.TempPathFactory, tokenizer: Any, data_dir: Path) -> Path:
+    """``evalsweep run`` then ``evalsweep report --html`` on a run folder whose second step
+    answers B everywhere on questions whose answer is always A (a certain regression,
+    then a certain recovery at step 3, then no change at step 4)."""
+    from conftest import run_cli
+
+    root = tmp_path_factory.mktemp("trend")
+    data = _letter_data(root / "data", data_dir)
+    always_a, always_b = _letter_model(root, tokenizer, "A"), _letter_model(root, tokenizer, "B")
+    run = root / "run"
+    for step, model in ((1000, always_a), (2000, always_b), (3000, always_a), (4000, always_a)):
+        shutil.copytree(model, run / f"step-{step}")
+    store, page = root / "results.sqlite", root / "trend.html"
+    task = ["--tasks", "mmlu_high_school_geography", "--store", store]
+    run_cli(["run", run, *task, "--data-dir", data, "--limit", MMLU_LIMIT, "--num-fewshot", 1,
+             "--device", "cpu", "--dtype", "float32"], check=True)  # fmt: skip
+    run_cli(["report", run, *task, "--html", page], check=True)
+    return page
+
+
+def test_trend_chart_marks_what_the_paired_tests_say(browser: Any, trend_file: Path) -> None:
+    page = open_page(browser, trend_file)
+    assert [m for m in page.console if m["level"] in ("SEVERE", "ERROR")] == []
+    traces = page.driver.execute_script(
+        "const plot = document.getElementById('trend-plot-0');"
+        "return plot.data.map(t => [t.name, t.x, t.y]);"
+    )
+    marks = {name: x for name, x, _ in traces}
+    assert marks["score"] == [1000, 2000, 3000, 4000]
+    assert [y for name, _, y in traces if name == "score"] == [[1.0, 0.0, 1.0, 1.0]]
+    assert marks["▼ regression since the checkpoint before"] == [2000]
+    assert marks["▲ improvement since the checkpoint before"] == [3000]
+    assert marks["▽ worse than the baseline"] == [2000]
+    assert "△ better than the baseline" not in marks
+    assert marks["★ best score"] == [1000]
+    drawn = page.driver.execute_script(
+        "return document.querySelectorAll('#trend-plot-0 .scatterlayer .point').length;"
+    )
+    assert drawn >= 4 + 3 + 1  # the line's points, the three marks, the star
+    evidence = page.driver.execute_script(
+        "return document.querySelector('#trend .evidence').textContent;"
+    )
+    assert evidence.startswith("best by score: step-1000 (1.0000); better than the one after")
+    assert page.driver.execute_script("return !document.querySelector('#forest');")
+    page.driver.set_window_size(1400, 900)
+    time.sleep(0.5)
+    ARTIFACTS.mkdir(exist_ok=True)
+    shot = ARTIFACTS / "trend.png"
+    assert page.driver.save_screenshot(str(shot))
+    shutil.copy(trend_file, ARTIFACTS / "trend.html")
+    print(f"\ntrend screenshot: {shot}")
+    page.driver.set_window_size(1400, 1000)

@@ -61,8 +61,8 @@ def test_verdict_marks_sit_in_the_right_cells(markdown: str):
     rows = table_rows(markdown)
     column = {h.split("<br>")[0]: i for i, h in enumerate(rows[0])}
     always_b = next(r for r in rows if r[0] == "always-B")
-    assert always_b[column["mmlu_high_school_geography"]].endswith("Δ -1.000 🔴 ▼")
-    assert always_b[column["mmlu_marketing"]].endswith("Δ +1.000 🟢 ▲")
+    assert always_b[column["mmlu_high_school_geography"]].endswith("Δ -100.0 🔴 ▼")
+    assert always_b[column["mmlu_marketing"]].endswith("Δ +100.0 🟢 ▲")
     assert always_b[column["mmlu"]].endswith("=")
 
 
@@ -74,8 +74,8 @@ def test_significant_subjects_are_listed_regressions_first(inputs: ReportInputs,
     ]
     lines = section.splitlines()[2:]
     assert len(lines) == len(moved)
-    assert lines[0].startswith("| 🔴 ▼ | always-B | mmlu / high_school_geography | -1.000")
-    assert any(line.startswith("| 🟢 ▲ | always-B | mmlu / marketing | +1.000") for line in lines)
+    assert lines[0].startswith("| 🔴 ▼ | always-B | mmlu / high_school_geography | -100.0")
+    assert any(line.startswith("| 🟢 ▲ | always-B | mmlu / marketing | +100.0") for line in lines)
 
 
 def test_flips_fold_per_candidate_with_the_top_rows(inputs: ReportInputs, markdown: str):

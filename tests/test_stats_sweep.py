@@ -19,6 +19,7 @@ from evalsweep.stats import (
     ScoreSet,
     Verdict,
     adjust,
+    compare_pairs,
     compare_sweep,
     decide_verdict,
     minimum_detectable_effect,
@@ -107,6 +108,24 @@ def test_headline_rows_share_one_holm_family() -> None:
     assert result["arc"].verdict is Verdict.IMPROVEMENT
     assert result["hellaswag"].verdict is Verdict.REGRESSION
     assert result["winogrande"].verdict is Verdict.NO_SIGNIFICANT_CHANGE
+
+
+def test_rows_against_the_previous_checkpoint_join_the_same_holm_family() -> None:
+    """A run of three: step2 and step3 against step1, and step3 against step2, are one family."""
+    step1, step2 = pair("arc", 45, 75, baseline="step1", candidate="step2")
+    step3 = flipped(step1, "step3", 75, 45)
+    rows = compare_pairs(
+        [step1, step2, step3], [("step1", "step2"), ("step1", "step3"), ("step2", "step3")]
+    )
+    assert [(c.baseline, c.candidate) for c in rows] == [
+        ("step1", "step2"), ("step1", "step3"), ("step2", "step3"),
+    ]  # fmt: skip
+    raw = [c.p_value for c in rows]
+    assert [c.p_adjusted for c in rows] == pytest.approx(adjust(raw, "holm"), abs=EXACT)
+    assert raw[:2] == pytest.approx([P_45_75, P_45_75], abs=EXACT)
+    assert raw[2] < P_45_75 / 3  # step2 -> step3 drops most: first in Holm's order (x3)
+    assert rows[2].p_adjusted == pytest.approx(3 * raw[2], abs=EXACT)
+    assert rows[2].delta < 0 and rows[2].verdict is Verdict.REGRESSION
 
 
 def test_lower_is_better_metric_turns_a_rise_into_a_regression() -> None:

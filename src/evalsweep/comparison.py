@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass
 
 from evalsweep.engine import SweepResult
 from evalsweep.errors import ComparisonError
-from evalsweep.stats import Comparison, ScoreSet, compare_sweep
+from evalsweep.stats import Comparison, ScoreSet, compare_pairs, compare_sweep
 from evalsweep.tasks import Document
 
 
@@ -70,6 +70,27 @@ def compare_results(result: SweepResult, baseline: str | None = None) -> list[Co
     if len(references) < 2:
         return []
     return compare_sweep(score_sets(result), pick_baseline(references, baseline))
+
+
+def compare_run(
+    result: SweepResult, baseline: str | None = None
+) -> tuple[list[Comparison], list[Comparison]]:
+    """A training run's checkpoints (in step order): each against the baseline (the first
+    unless named) and each against the one before it, all rows under one multiplicity
+    control. Returns (against the baseline, against the previous checkpoint); a
+    checkpoint whose previous one is the baseline has only its baseline row."""
+    references = [c.reference for c in result.checkpoints]
+    if len(references) < 2:
+        return [], []
+    chosen = pick_baseline(references, baseline)
+    against_baseline = [(chosen, c) for c in references if c != chosen]
+    against_previous = [
+        (before, after)
+        for before, after in zip(references, references[1:], strict=False)
+        if before != chosen
+    ]
+    rows = compare_pairs(score_sets(result), against_baseline + against_previous)
+    return [c for c in rows if c.baseline == chosen], [c for c in rows if c.baseline != chosen]
 
 
 def shown_question(task: object, doc: Document) -> str:

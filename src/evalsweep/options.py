@@ -36,9 +36,10 @@ if TYPE_CHECKING:
 
 #: Where a parsed value goes: a ``SweepSpec`` field, a ``BackendOptions`` field, a
 #: ``ChatOptions`` field, the code tasks' sampling (``HumanEval``/``MBPP``), the job
-#: (``baseline``: which checkpoint the others are compared with), or only this
-#: process (where results go and how they are shown).
-Lands = Literal["spec", "backend", "chat", "code", "job", "presentation"]
+#: (``baseline``: which checkpoint the others are compared with), the choice of a
+#: training run's checkpoints (``selection``: made here, before the references
+#: travel), or only this process (where results go and how they are shown).
+Lands = Literal["spec", "backend", "chat", "code", "job", "selection", "presentation"]
 #: How a value is written and read: ``text``, ``int``, ``float``, ``folder``, ``file``,
 #: ``flag`` (present or not), ``switch`` (``--x/--no-x``; ``None`` when neither),
 #: ``batch`` (a number or ``auto``), ``ks`` (comma-separated whole numbers).
@@ -185,6 +186,13 @@ OPTIONS: tuple[Option, ...] = (
        "spec", hidden=True),
     _o("baseline", "--baseline", "text", None, "Checkpoint the others are compared with "
        "(default: the first).", "job"),
+    _o("steps", "--steps", "text", None, "From a run (a folder of checkpoint-N folders, or "
+       "org/model@step*): steps A to B, both included, every STRIDE steps (A:B[:STRIDE]; "
+       "A or B may be empty).", "selection"),
+    _o("every", "--every", "int", None, "From a run: every N-th checkpoint, the first "
+       "included.", "selection", minimum=1),
+    _o("last", "--last", "int", None, "From a run: the last K checkpoints.", "selection",
+       minimum=1),
     _o("subjects", "--subjects", "flag", False, "Also show MMLU per subject (significant "
        "first).", "presentation"),
     _o("fail_on_regression", "--fail-on-regression", "flag", False, "Exit with status 3 if "
@@ -426,11 +434,11 @@ def build_spec(checkpoints: Sequence[str], values: Mapping[str, Any]) -> SweepSp
 
     parts: dict[str, dict[str, Any]] = {"spec": {}, "backend": {}, "chat": {}, "code": {}}
     for each in OPTIONS:
+        value = values.get(each.name, each.default)
+        problem = value_problem(each, value)
+        if problem:  # every value given, also of the options that do not fill the spec
+            raise ConfigError(f"{each.flag} {problem}")
         if each.lands in parts:
-            value = values.get(each.name, each.default)
-            problem = value_problem(each, value)
-            if problem:
-                raise ConfigError(f"{each.flag} {problem}")
             if each.kind in ("folder", "file") and value is not None:
                 value = str(value)
             parts[each.lands][each.attribute] = value

@@ -86,6 +86,11 @@ def warn(message: str) -> None:
     )
 
 
+def note(message: str) -> None:
+    """One line on stderr that a person should read once (not a problem)."""
+    stderr.print(Text.assemble(("evalsweep: note:", "bold"), " ", message), soft_wrap=True)
+
+
 def say(message: str | Text, style: str | None = None) -> None:
     """One line of output, whole and as written: paths, ids and names in it are not markup."""
     stdout.print(message, style=style, markup=False, soft_wrap=True)
@@ -115,12 +120,21 @@ def user_errors(func: F) -> F:
 
 def show(document: ResultDocument, as_json: bool, subjects: bool) -> None:
     """The table (and per-subject table), then the verdict in words under them."""
-    from evalsweep.report import document_json, render_subject_table, render_summary, render_table
+    from evalsweep.report import (
+        document_json,
+        render_subject_table,
+        render_summary,
+        render_table,
+        render_trend,
+    )
 
     if as_json:
         click.echo(document_json(document))
         return
-    print_whole(render_table(document.results, document.comparisons))
+    if document.steps:  # one training run: the score against the step
+        print_whole(render_trend(document))
+    else:
+        print_whole(render_table(document.results, document.comparisons))
     if subjects:
         print_whole(render_subject_table(document.results, document.comparisons))
     summary = render_summary(document)

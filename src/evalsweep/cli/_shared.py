@@ -8,10 +8,14 @@ mean there.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from evalsweep.options import click_option
+from evalsweep.options import click_option, click_options
+
+if TYPE_CHECKING:
+    from evalsweep.runs import Expansion
 
 #: ``--debug``: tracebacks instead of one-line errors.
 debug_option = click_option("debug")
@@ -29,6 +33,8 @@ baseline_option = click_option("baseline")
 subjects_option = click_option("subjects")
 #: ``--fail-on-regression``: exit status 3 on a regression verdict.
 fail_on_regression_option = click_option("fail_on_regression")
+#: ``--steps``, ``--every``, ``--last``: which checkpoints of a run.
+selection_options = click_options(("steps", "every", "last"))
 #: ``--data-dir`` of `evalsweep mcp` (env EVALSWEEP_DATA_DIR).
 data_dir_option = click_option(
     "data_dir", help="Local benchmark data for sweeps the agent starts. Env: EVALSWEEP_DATA_DIR."
@@ -49,3 +55,19 @@ def open_existing_store(store: Path | None) -> Any:
     if not path.is_file():
         raise StoreError(f"no results store at {path}; run 'evalsweep run' first or pass --store")
     return Store(path)
+
+
+def expand_checkpoints(references: Sequence[str], values: Mapping[str, Any]) -> Expansion:
+    """Runs expanded into their checkpoints in step order (``--steps``, ``--every``,
+    ``--last`` applied); incomplete checkpoints are named on stderr once, as is an
+    order that was changed."""
+    from evalsweep.cli._output import note, warn
+    from evalsweep.runs import Selection, expand_references
+
+    selection = Selection.from_options(values.get("steps"), values.get("every"), values.get("last"))
+    expansion = expand_references(list(references), selection)
+    for name, why in expansion.skipped:
+        warn(f"{name} is incomplete ({why}); left out")
+    for line in expansion.notes:
+        note(line)
+    return expansion

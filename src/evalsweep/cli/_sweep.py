@@ -18,9 +18,11 @@ from evalsweep.cli._output import no_color_option, say, show, user_errors
 from evalsweep.cli._shared import (
     baseline_option,
     debug_option,
+    expand_checkpoints,
     fail_on_regression_option,
     json_option,
     open_existing_store,
+    selection_options,
     store_option,
     stored_fewshot_option,
     subjects_option,
@@ -35,7 +37,12 @@ from evalsweep.options import click_option, click_options, task_list
 @no_color_option
 @user_errors
 def run(checkpoints: tuple[str, ...], **values: Any) -> None:
-    """Score CHECKPOINTS (folders, org/name or org/name@revision) on the tasks, side by side."""
+    """Score CHECKPOINTS (folders, org/name or org/name@revision) on the tasks, side by side.
+
+    A folder of checkpoint folders (checkpoint-N, step-N, global_stepN, iter_N...) or a
+    Hub pattern (org/model@step*) is a training run: its checkpoints in step order, each
+    compared with the first and with the one before it.
+    """
     from evalsweep.comparison import pick_baseline
     from evalsweep.compute import LineProgress, SweepJob, get_target, run_on_target
     from evalsweep.options import build_spec
@@ -43,10 +50,12 @@ def run(checkpoints: tuple[str, ...], **values: Any) -> None:
     from evalsweep.store import Store, default_store_path
 
     received = _environment_from_stdin() if values["env_stdin"] else []
+    expansion = expand_checkpoints(checkpoints, values)
+    checkpoints = tuple(expansion.references)
     spec = build_spec(checkpoints, values)
     baseline, as_json, out = values["baseline"], values["as_json"], values["out"]
     pick_baseline(list(checkpoints), baseline)  # a wrong --baseline fails before any compute
-    job = SweepJob(spec, baseline)
+    job = SweepJob(spec, baseline, expansion.steps if expansion.one_run else None)
     with Store(values["store"] or default_store_path()) as results_store:
         where = get_target(values["target"], store=results_store)
         bars = progress_display(_output.stderr, enabled=not as_json or sys.stderr.isatty())
@@ -60,10 +69,49 @@ def run(checkpoints: tuple[str, ...], **values: Any) -> None:
     show(document, as_json, values["subjects"])
     if out and not as_json:
         say(f"wrote {out}/results.json and {out}/samples.jsonl", style="dim")
-    if values["fail_on_regression"] and any(
-        c.verdict == "regression" for c in document.comparisons
-    ):
+    if values["fail_on_regression"] and _regressed(document):
         sys.exit(3)
+
+
+def _regressed(document: Any) -> bool:
+    """Any regression verdict, against the baseline or (a run) since the checkpoint before."""
+    rows = [*document.comparisons, *(document.previous or [])]
+    return any(c.verdict == "regression" for c in rows)
+
+
+def _stored_document(
+    store: Path | None,
+    checkpoints: tuple[str, ...],
+    values: dict[str, Any],
+    *,
+    scores_only: bool,
+) -> tuple[Any, Any, list[str]]:
+    """Stored results of CHECKPOINTS (runs expanded) and their document, as ``compare``
+    and ``report`` show them; also the references in order."""
+    from evalsweep.comparison import compare_results, compare_run, pick_baseline
+    from evalsweep.engine import stored_sweep
+    from evalsweep.report import results_document
+
+    expansion = expand_checkpoints(checkpoints, values)
+    references = expansion.references
+    baseline = values.get("baseline")
+    pick_baseline(references, baseline)
+    with open_existing_store(store) as results_store:
+        result = stored_sweep(
+            results_store,
+            references,
+            task_list(values["tasks"]),
+            values.get("num_fewshot"),
+            scores_only=scores_only,
+        )
+    if expansion.one_run:
+        comparisons, previous = compare_run(result, baseline)
+        document = results_document(
+            result, sys.argv, comparisons, steps=expansion.steps, previous=previous
+        )
+    else:
+        document = results_document(result, sys.argv, compare_results(result, baseline))
+    return document, result, references
 
 
 def _environment_from_stdin() -> list[str]:
@@ -90,6 +138,7 @@ def _environment_from_stdin() -> list[str]:
 @tasks_option
 @stored_fewshot_option
 @baseline_option
+@selection_options
 @subjects_option
 @fail_on_regression_option
 @store_option
@@ -99,29 +148,17 @@ def _environment_from_stdin() -> list[str]:
 @user_errors
 def compare(
     checkpoints: tuple[str, ...],
-    tasks: str,
-    num_fewshot: int | None,
-    baseline: str | None,
     subjects: bool,
     fail_on_regression: bool,
     store: Path | None,
     as_json: bool,
     debug: bool,
+    **values: Any,
 ) -> None:
     """Compare stored results of CHECKPOINTS, from any runs, without calling a model."""
-    from evalsweep.comparison import compare_results, pick_baseline
-    from evalsweep.engine import stored_sweep
-    from evalsweep.report import results_document
-
-    pick_baseline(list(checkpoints), baseline)
-    with open_existing_store(store) as results_store:
-        result = stored_sweep(
-            results_store, list(checkpoints), task_list(tasks), num_fewshot, scores_only=True
-        )
-    comparisons = compare_results(result, baseline)
-    document = results_document(result, sys.argv, comparisons)
+    document, _, _ = _stored_document(store, checkpoints, values, scores_only=True)
     show(document, as_json, subjects)
-    if fail_on_regression and any(c.verdict == "regression" for c in comparisons):
+    if fail_on_regression and _regressed(document):
         sys.exit(3)
 
 
@@ -177,6 +214,7 @@ def flips(
 @tasks_option
 @stored_fewshot_option
 @baseline_option
+@selection_options
 @click.option(
     "--html",
     "html_path",
@@ -194,30 +232,24 @@ def flips(
 @user_errors
 def report(
     checkpoints: tuple[str, ...],
-    tasks: str,
-    num_fewshot: int | None,
-    baseline: str | None,
     html_path: Path | None,
     markdown_path: Path | None,
     store: Path | None,
     debug: bool,
+    **values: Any,
 ) -> None:
     """Write an HTML and/or Markdown report for stored results of CHECKPOINTS."""
-    from evalsweep.comparison import compare_results, find_flips, pick_baseline
-    from evalsweep.engine import stored_sweep
+    from evalsweep.comparison import find_flips, pick_baseline
     from evalsweep.errors import EvalsweepError
-    from evalsweep.report import render_markdown, results_document, write_html, write_text
+    from evalsweep.report import render_markdown, write_html, write_text
 
     if not html_path and not markdown_path:
         raise EvalsweepError("nothing to write: pass --html FILE and/or --markdown FILE")
-    chosen = pick_baseline(list(checkpoints), baseline)
-    with open_existing_store(store) as results_store:
-        result = stored_sweep(results_store, list(checkpoints), task_list(tasks), num_fewshot)
-    comparisons = compare_results(result, chosen)
-    document = results_document(result, sys.argv, comparisons)
+    document, result, references = _stored_document(store, checkpoints, values, scores_only=False)
+    chosen = pick_baseline(references, values.get("baseline"))
     flips = {
         ref: [f.to_dict() for f in find_flips(result, chosen, ref)]
-        for ref in checkpoints
+        for ref in references
         if ref != chosen
     }
     if html_path:

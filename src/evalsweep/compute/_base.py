@@ -38,10 +38,12 @@ class SweepJob:
     Attributes:
         spec: the engine's spec (what a local or Ray run executes).
         baseline: the checkpoint the others are compared with.
+        steps: each checkpoint's training step, when they are one run (in step order).
     """
 
     spec: SweepSpec
     baseline: str | None = None
+    steps: dict[str, int] | None = None
 
     @property
     def run_args(self) -> tuple[str, ...]:

@@ -21,9 +21,10 @@ def run_on_target(
 
     The document is the one ``evalsweep run`` makes (made on the target when the
     sweep ran there), with a ``compute`` section: the target, its hardware and
-    rate, the setup it reported, and the spend.
+    rate, the setup it reported, and the spend. A job whose checkpoints are one
+    training run (``job.steps``) is also compared checkpoint to checkpoint.
     """
-    from evalsweep.comparison import compare_results
+    from evalsweep.comparison import compare_results, compare_run
     from evalsweep.report import document_json, results_document
 
     ran = target.run(job, store, progress)
@@ -32,6 +33,11 @@ def run_on_target(
     else:
         comparisons = compare_results(ran.result, job.baseline)
         document = results_document(ran.result, command, comparisons)
+    if job.steps:  # one run: each checkpoint against the first and the one before it
+        against_baseline, previous = compare_run(ran.result, job.baseline)
+        document = dataclasses.replace(
+            document, comparisons=against_baseline, previous=previous, steps=dict(job.steps)
+        )
     document = dataclasses.replace(document, compute=ran.compute)
     store.save_run(document.run_id, document_json(document, indent=None))
     return document, ran.result

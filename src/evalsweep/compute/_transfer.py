@@ -274,7 +274,10 @@ def pieces_to_import(paths: Sequence[Path]) -> list[tuple[Path, Piece | None]]:
 
     A folder stands for the pieces its manifest lists, in order (every one must be
     there). A file is checked against the manifest beside it when there is one, and
-    must be listed in it (an unlisted file is left from another export).
+    must be listed in it (an unlisted file is left from another export). The manifest
+    itself, named among the files (``pieces/*`` as a shell expands it), is what the
+    others are checked against, not a piece; files of one export are imported in its
+    manifest's order, each once, so ``pieces/*`` imports as ``pieces/`` does.
 
     Raises:
         StoreError: a folder without a manifest, a listed piece that is missing, or a
@@ -282,6 +285,8 @@ def pieces_to_import(paths: Sequence[Path]) -> list[tuple[Path, Piece | None]]:
     """
     planned: list[tuple[Path, Piece | None]] = []
     for path in paths:
+        if path.name == MANIFEST and path.is_file():
+            continue  # the list the pieces beside it are checked against
         if path.is_dir():
             manifest = read_manifest(path)
             if manifest is None:
@@ -304,4 +309,17 @@ def pieces_to_import(paths: Sequence[Path]) -> list[tuple[Path, Piece | None]]:
                 "leave it out or export again"
             )
         planned.append((path, manifest[path.name] if manifest is not None else None))
-    return planned
+    seen: set[Path] = set()
+    unique: list[tuple[Path, Piece | None]] = []
+    for path, listed_as in planned:
+        if path.resolve() not in seen:
+            seen.add(path.resolve())
+            unique.append((path, listed_as))
+    # Files of one export in its manifest's order, where its first file was given.
+    first: dict[Path, int] = {}
+    keys = []
+    for index, (path, _) in enumerate(unique):
+        folder = first.setdefault(path.parent, index)
+        listed = read_manifest(path.parent)
+        keys.append((folder, list(listed).index(path.name) if listed is not None else index))
+    return [item for _, item in sorted(zip(keys, unique, strict=True), key=lambda k: k[0])]

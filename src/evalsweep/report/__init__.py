@@ -29,6 +29,7 @@ from evalsweep.report._summary import (
 )
 from evalsweep.report._table import display_names, render_subject_table, render_table
 from evalsweep.report._targets import render_targets
+from evalsweep.report._trend import Trend, TrendPoint, render_trend, sparkline, trends
 
 __all__ = [
     "SCHEMA_VERSION",
@@ -44,6 +45,8 @@ __all__ = [
     "PlainProgress",
     "RichProgress",
     "SummaryLine",
+    "Trend",
+    "TrendPoint",
     "display_names",
     "render_audit",
     "render_flips",
@@ -54,6 +57,9 @@ __all__ = [
     "render_table",
     "progress_display",
     "render_targets",
+    "render_trend",
+    "sparkline",
+    "trends",
     "results_document",
     "sample_lines",
     "summary_text",

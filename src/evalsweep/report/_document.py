@@ -41,8 +41,12 @@ def results_document(
     result: SweepResult,
     command: Sequence[str] = (),
     comparisons: Sequence[Comparison] = (),
+    *,
+    steps: dict[str, int] | None = None,
+    previous: Sequence[Comparison] | None = None,
 ) -> ResultDocument:
-    """The typed result document of ``result`` (JSON through :mod:`._schema` only)."""
+    """The typed result document of ``result`` (JSON through :mod:`._schema` only);
+    ``steps`` and ``previous`` for checkpoints that are one training run."""
     spec = result.spec
     return ResultDocument(
         run_id=result.run_id,
@@ -92,6 +96,8 @@ def results_document(
         comparisons=list(comparisons),
         environment=environment(),
         seconds=round(result.seconds, 3),
+        steps=dict(steps) if steps else None,
+        previous=list(previous) if previous is not None else None,
     )
 
 

@@ -24,10 +24,11 @@ from typing import TYPE_CHECKING, Any
 
 from evalsweep.errors import EvalsweepError
 from evalsweep.report._document import _atomic_write
+from evalsweep.report._html_trend import trend_section
 from evalsweep.report._numbers import finite as _finite
 from evalsweep.report._numbers import fixed as _fmt
 from evalsweep.report._numbers import p_value as _p
-from evalsweep.report._numbers import signed as _signed
+from evalsweep.report._numbers import points as _points
 from evalsweep.report._schema import ResultDocument, ResultRow, TaskSettings, document_json
 from evalsweep.report._table import SHORT, display_names
 from evalsweep.stats import Comparison
@@ -62,10 +63,14 @@ def render_html(document: ResultDocument, flips: Mapping[str, Sequence[Mapping[s
     view = _View(document)
     figures = _Figures()
     go = _plotly()
+    # A training run's trend replaces the forest plot: one panel per candidate does not
+    # read with twelve or fifty checkpoints.
+    trend = trend_section(document, figures.embed, go)
     sections = [
         _summary_section(view, flips),
+        trend,
         _table_section(view),
-        _forest_section(view, figures, go),
+        "" if trend else _forest_section(view, figures, go),
         _heatmap_section(view, figures, go),
         _passk_section(view, figures, go),
         _flips_section(view, flips),
@@ -249,7 +254,7 @@ def _table_section(view: _View) -> str:
         f"<thead><tr><th>checkpoint</th>{head}</tr></thead>"
         f"<tbody>{''.join(rows)}</tbody></table></div>"
         "<p class='help'>value ± standard error; Δ is the paired difference from the baseline "
-        "with its verdict: <span class='regression'>▼ regression</span>, "
+        "in points with its verdict: <span class='regression'>▼ regression</span>, "
         "<span class='improvement'>▲ improvement</span>, = no significant change.</p>"
         f"{note_list}"
     )
@@ -271,13 +276,13 @@ def _result_cell(cell: ResultRow | None, comparison: Comparison | None) -> str:
         return f"<td class='num'>{text}</td>"
     mark, css, _ = VERDICTS.get(comparison.verdict, ("?", "same", ""))
     title = (
-        f"Δ {_signed(comparison.delta)}, 95% CI [{_signed(comparison.ci_low)}, "
-        f"{_signed(comparison.ci_high)}], p adjusted {_p(comparison.p_adjusted)}, "
+        f"Δ {_points(comparison.delta)} points, 95% CI [{_points(comparison.ci_low)}, "
+        f"{_points(comparison.ci_high)}], p adjusted {_p(comparison.p_adjusted)}, "
         f"n={comparison.n}: {comparison.verdict}"
     )
     return (
         f"<td class='num {css}' title='{_e(title)}' data-verdict='{_e(comparison.verdict)}'>"
-        f"{text}<div class='delta'>Δ {_signed(comparison.delta)} {mark}</div></td>"
+        f"{text}<div class='delta'>Δ {_points(comparison.delta)} {mark}</div></td>"
     )
 
 
@@ -481,8 +486,8 @@ def _heat_hover(
     )
     if comparison is not None:
         lines.append(
-            f"Δ {_signed(comparison.delta)} [{_signed(comparison.ci_low)}, "
-            f"{_signed(comparison.ci_high)}], p adj. {_p(comparison.p_adjusted)}"
+            f"Δ {_points(comparison.delta)} points [{_points(comparison.ci_low)}, "
+            f"{_points(comparison.ci_high)}], p adj. {_p(comparison.p_adjusted)}"
             f": {comparison.verdict}"
         )
     return "<br>".join(lines)
@@ -824,8 +829,9 @@ def _listy(value: Any) -> bool:
 
 def _nav(view: _View) -> str:
     links = [
+        ("trend", "trend") if view.document.steps else None,
         ("table", "table"),
-        ("forest", "differences"),
+        None if view.document.steps else ("forest", "differences"),
         ("heatmap", "per subject") if view.subject_tasks else None,
         ("passk", "pass@k"),
         ("flips", "flips"),

@@ -1,7 +1,9 @@
 """How numbers are written in reports: one definition for the HTML and Markdown views.
 
 A score, a difference and a p-value read the same wherever a reviewer sees
-them; a value that is missing or not finite reads ``n/a``.
+them: a score as a proportion (``0.6312``), a difference between scores always in
+percentage points (``-36.2``), in every view and legend; a value that is missing
+or not finite reads ``n/a``.
 """
 
 from __future__ import annotations
@@ -18,11 +20,6 @@ def finite(value: Any) -> TypeGuard[float]:
 def fixed(value: Any, digits: int = 4) -> str:
     """A score: ``0.6312``."""
     return f"{value:.{digits}f}" if finite(value) else "n/a"
-
-
-def signed(value: Any) -> str:
-    """A difference, with its sign: ``+0.012``, ``-0.004``."""
-    return f"{value:+.3f}" if finite(value) else "n/a"
 
 
 def points(value: Any) -> str:

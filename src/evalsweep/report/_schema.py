@@ -13,11 +13,14 @@ Versions:
 
 * 1: the untyped documents written before ``schema_version`` existed (no key).
   Their fields are exactly version 2's, so they are read as version 2.
-* 2: this module's :class:`ResultDocument`.
+* 2: the fields of version 3 without ``steps`` and ``previous``.
+* 3: this module's :class:`ResultDocument`: a training run's checkpoints carry their
+  steps, and each is also compared with the one before it (``previous``).
 
 A document of a version newer than :data:`SCHEMA_VERSION` is refused by name.
 The JSON written is what ``--json`` always printed, with ``schema_version``
-first; optional sections (``compute``, ``secrets_received``, ``demo``) appear
+first; optional sections (``compute``, ``secrets_received``, ``demo``, ``steps``,
+``previous``) appear
 only when present.
 """
 
@@ -34,7 +37,7 @@ from evalsweep.datafiles import display_path, parse_json_text, read_json_text
 from evalsweep.errors import DataError
 from evalsweep.stats import Comparison, Verdict
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 """The version :func:`document_json` writes; :func:`parse_document` reads 1 up to this."""
 
 JSONObject = dict[str, Any]
@@ -125,6 +128,11 @@ class ResultDocument:
     secrets_received: list[str] | None = None
     """Names (never values) of secrets a remote run was sent."""
     demo: Demo | None = None
+    steps: dict[str, int] | None = None
+    """The training step of each checkpoint, when they are one run (in step order)."""
+    previous: list[Comparison] | None = None
+    """A run's checkpoints each against the one before it (the baseline's rows excepted),
+    under the same multiplicity control as ``comparisons``."""
     schema_version: int = field(default=SCHEMA_VERSION)
 
     @property
@@ -181,6 +189,10 @@ class ResultDocument:
                 "story": list(self.demo.story),
                 "verdict": self.demo.verdict,
             }
+        if self.steps is not None:
+            data["steps"] = dict(self.steps)
+        if self.previous is not None:
+            data["previous"] = [c.to_dict() for c in self.previous]
         return data
 
 
@@ -343,7 +355,7 @@ def _version(top: _Fields) -> int:
 
 def _document(value: Any, where: str) -> ResultDocument:
     top = _Fields(value, where, "")
-    _version(top)  # 1 and 2 share their fields; an upgrade step goes here when they differ
+    _version(top)  # 1 to 3 differ only by optional sections; an upgrade step goes here
     top.known({*_TOP_FIELDS, "schema_version"})
     demo = top.fields("demo") if "demo" in top.value else None
     return ResultDocument(
@@ -361,6 +373,8 @@ def _document(value: Any, where: str) -> ResultDocument:
         compute=top.obj("compute", optional=True),
         secrets_received=top.texts("secrets_received", optional=True),
         demo=_demo(demo) if demo is not None else None,
+        steps=_counts(top.fields("steps")) if "steps" in top.value else None,
+        previous=top.items("previous", _comparison, optional=True),
         schema_version=SCHEMA_VERSION,
     )
 
@@ -368,7 +382,7 @@ def _document(value: Any, where: str) -> ResultDocument:
 _TOP_FIELDS = {
     "run_id", "created", "evalsweep_version", "command", "settings", "checkpoints", "results",
     "computed_documents", "comparisons", "environment", "seconds", "compute",
-    "secrets_received", "demo",
+    "secrets_received", "demo", "steps", "previous",
 }  # fmt: skip
 
 

@@ -1,6 +1,6 @@
 """The verdict in words: what the marks mean, what moved, and what could not have been seen.
 
-A table of "Δ +0.015 =" cells leaves the reader to work out what happened. The
+A table of "Δ +1.5 =" cells leaves the reader to work out what happened. The
 summary says it: a legend for the marks, one line per significant result
 (regressions first) with the candidate, task and subject, the difference in
 points with its 95% interval, the adjusted p-value and n, then how many
@@ -52,11 +52,15 @@ class SummaryLine:
 
 def verdict_summary(document: ResultDocument) -> list[SummaryLine]:
     """The summary of a result document's comparisons; empty when nothing was compared."""
-    comparisons = document.comparisons
-    if not comparisons:
+    if not document.comparisons:
         return []
+    baseline = document.comparisons[0].baseline
+    # A training run's checkpoints are also compared with the one before each.
+    comparisons = [*document.comparisons, *(document.previous or [])]
     names = _names(document, comparisons)
-    baseline = comparisons[0].baseline
+    against = f"baseline ({names.get(baseline, baseline)})"
+    if document.previous is not None:
+        against += " or the checkpoint before"
     lines = [
         SummaryLine(
             "legend",
@@ -64,7 +68,7 @@ def verdict_summary(document: ResultDocument) -> list[SummaryLine]:
             f"{MARKS['no significant change'][0]} no significant change: paired tests on the "
             f"same questions, p-values adjusted for multiplicity (Holm over tasks, "
             f"Benjamini-Hochberg over subjects), alpha = {DEFAULT_ALPHA:g}; "
-            f"Δ = candidate - baseline ({names.get(baseline, baseline)}), in points.",
+            f"Δ = candidate - {against}, in points.",
         )
     ]
     moved = [c for c in comparisons if c.verdict in _MOVED]
@@ -81,8 +85,8 @@ def verdict_summary(document: ResultDocument) -> list[SummaryLine]:
         lines.append(
             SummaryLine(
                 kind,
-                f"{mark} {c.verdict.value}: {names.get(c.candidate, c.candidate)} on "
-                f"{_where(c)}: Δ {_points(c.delta)} points "
+                f"{mark} {c.verdict.value}: {names.get(c.candidate, c.candidate)}"
+                f"{_since(c, baseline, names)} on {_where(c)}: Δ {_points(c.delta)} points "
                 f"(95% CI {_points(c.ci_low)} to {_points(c.ci_high)}), "
                 f"adjusted p = {format_p(c.p_adjusted)}, n = {c.n}",
             )
@@ -145,6 +149,11 @@ def _names(document: ResultDocument, comparisons: Sequence[Comparison]) -> dict[
             if reference not in references:
                 references.append(reference)
     return display_names(references)
+
+
+def _since(c: Comparison, baseline: str, names: dict[str, str]) -> str:
+    """For a row against the checkpoint before (not the baseline): which one that was."""
+    return "" if c.baseline == baseline else f" since {names.get(c.baseline, c.baseline)}"
 
 
 def _where(c: Comparison) -> str:

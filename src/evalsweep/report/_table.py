@@ -1,7 +1,7 @@
 """The side-by-side table: one row per checkpoint, one column per task metric.
 
 With comparisons, each candidate's cell also shows its difference from the
-baseline and a verdict mark: red for a regression, green for an improvement.
+baseline in percentage points and a verdict mark: red for a regression, green for an improvement.
 Columns fold rather than cut: a name that does not fit wraps onto the next line,
 it never loses its end to an ellipsis.
 Checkpoint, task and subject names go in as :class:`~rich.text.Text` (or
@@ -17,6 +17,7 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
+from evalsweep.report._numbers import points
 from evalsweep.report._schema import ResultRow
 from evalsweep.stats import Comparison
 from evalsweep.text import visible
@@ -83,7 +84,7 @@ def _cell(cell: ResultRow | None, comparison: Comparison | None) -> Text:
         text.append(f" ± {_fmt(cell.stderr)}", style="dim")
     if comparison is not None:
         mark, style = MARKS.get(comparison.verdict.value, ("?", ""))
-        text.append(f"\nΔ {comparison.delta:+.3f} {mark}", style=style)
+        text.append(f"\nΔ {points(comparison.delta)} {mark}", style=style)
     return text
 
 

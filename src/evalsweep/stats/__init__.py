@@ -18,6 +18,7 @@ from evalsweep.stats._sweep import (
     Comparison,
     FamilyScope,
     ScoreSet,
+    compare_pairs,
     compare_sweep,
     label_noise_note,
 )
@@ -37,6 +38,7 @@ __all__ = [
     "Scores",
     "Verdict",
     "adjust",
+    "compare_pairs",
     "compare_sweep",
     "decide_verdict",
     "label_noise_note",

@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 from evalsweep.errors import ComparisonError
 from evalsweep.stats._adjust import adjust
@@ -104,8 +104,10 @@ def _family(row: ScoreSet, scope: FamilyScope) -> Family:
     return (kind, row.checkpoint, row.task, row.metric)
 
 
-def _pair_up(score_sets: Sequence[ScoreSet], baseline: str, scope: FamilyScope) -> list[_Pair]:
-    """Match each candidate row to the baseline row with the same (task, metric, subject)."""
+def _pair_up(
+    score_sets: Sequence[ScoreSet], pairs: Sequence[tuple[str, str]], scope: FamilyScope
+) -> list[_Pair]:
+    """Match each (baseline, candidate) pair's rows with the same (task, metric, subject)."""
     rows: dict[tuple[str, str, str, str | None], ScoreSet] = {}
     for row in score_sets:
         key = (row.checkpoint, row.task, row.metric, row.subject)
@@ -114,32 +116,38 @@ def _pair_up(score_sets: Sequence[ScoreSet], baseline: str, scope: FamilyScope) 
                 f"checkpoint {row.checkpoint!r} has two score sets for {_row_name(row)}"
             )
         rows[key] = row
-    if not any(row.checkpoint == baseline for row in score_sets):
-        present = sorted({row.checkpoint for row in score_sets})
-        raise ComparisonError(
-            f"baseline {baseline!r} has no scores; checkpoints present: {present}"
-        )
-    pairs = []
-    for row in score_sets:
-        base = rows.get((baseline, row.task, row.metric, row.subject))
-        if row.checkpoint == baseline or base is None:
-            continue
+    present = {row.checkpoint for row in score_sets}
+    for baseline, _ in pairs:
+        if baseline not in present:
+            raise ComparisonError(
+                f"baseline {baseline!r} has no scores; checkpoints present: {sorted(present)}"
+            )
+    matched = []
+    for baseline, candidate in pairs:
+        for row in score_sets:
+            if row.checkpoint != candidate or candidate == baseline:
+                continue
+            base = rows.get((baseline, row.task, row.metric, row.subject))
+            if base is None:
+                continue
+            matched.append(_Pair(base, row, _family(row, scope)))
+    for pair in matched:
+        base, row = pair.baseline, pair.candidate
         if base.higher_is_better != row.higher_is_better:
             raise ComparisonError(
-                f"{row.checkpoint!r} and baseline {baseline!r} disagree on whether higher is "
-                f"better for {_row_name(row)}"
+                f"{row.checkpoint!r} and baseline {base.checkpoint!r} disagree on whether "
+                f"higher is better for {_row_name(row)}"
             )
         only_base = base.scores.keys() - row.scores.keys()
         only_cand = row.scores.keys() - base.scores.keys()
         if only_base or only_cand:
             example = sorted(only_base or only_cand)[0]
             raise ComparisonError(
-                f"cannot compare {row.checkpoint!r} with baseline {baseline!r} on "
+                f"cannot compare {row.checkpoint!r} with baseline {base.checkpoint!r} on "
                 f"{_row_name(row)}: {len(only_base)} doc keys only in the baseline, "
                 f"{len(only_cand)} only in the candidate (e.g. {example!r})"
             )
-        pairs.append(_Pair(base, row, _family(row, scope)))
-    return pairs
+    return matched
 
 
 def _compare_row(
@@ -190,8 +198,22 @@ def _note(
 
 
 def compare_sweep(
+    score_sets: Sequence[ScoreSet], baseline: str, **settings: Any
+) -> list[Comparison]:
+    """Compare every other checkpoint with ``baseline`` on every row both have
+    (:func:`compare_pairs` with one pair per candidate; the same settings)."""
+    candidates = dict.fromkeys(row.checkpoint for row in score_sets if row.checkpoint != baseline)
+    if not any(row.checkpoint == baseline for row in score_sets):
+        present = sorted({row.checkpoint for row in score_sets})
+        raise ComparisonError(
+            f"baseline {baseline!r} has no scores; checkpoints present: {present}"
+        )
+    return compare_pairs(score_sets, [(baseline, c) for c in candidates], **settings)
+
+
+def compare_pairs(
     score_sets: Sequence[ScoreSet],
-    baseline: str,
+    pairs: Sequence[tuple[str, str]],
     *,
     alpha: float = DEFAULT_ALPHA,
     min_effect: float = 0.0,
@@ -202,11 +224,13 @@ def compare_sweep(
     subject_method: Literal["bh", "by"] = "bh",
     scope: FamilyScope = "report",
 ) -> list[Comparison]:
-    """Compare every other checkpoint with ``baseline`` on every row both have.
+    """Compare each ``(baseline, candidate)`` pair on every row both have, all pairs'
+    rows under one multiplicity control (a training run: each checkpoint against the
+    first and against the one before it, in one Holm family of headline rows).
 
     Args:
         score_sets: one record per (checkpoint, task, metric, subject).
-        baseline: checkpoint label the others are compared against.
+        pairs: (baseline, candidate) checkpoint labels, in the order rows are wanted.
         alpha: family-wise level for headline rows and FDR level q for subject rows.
         min_effect: smallest oriented difference that earns a verdict.
         confidence: level of the unadjusted per-row CI.
@@ -228,17 +252,17 @@ def compare_sweep(
         ComparisonError: missing baseline, duplicate rows, rows whose doc keys
             differ, disagreeing ``higher_is_better``, or unusable scores.
     """
-    pairs = _pair_up(score_sets, baseline, scope)
-    sizes = Counter(pair.family for pair in pairs)
+    matched = _pair_up(score_sets, pairs, scope)
+    sizes = Counter(pair.family for pair in matched)
     # Each row is computed on its own (its own seeded resampling), so the order is free:
     # rows on equally many questions go one after another and share their bootstrap indices.
-    by_size = sorted(range(len(pairs)), key=lambda i: len(pairs[i].baseline.scores))
+    by_size = sorted(range(len(matched)), key=lambda i: len(matched[i].baseline.scores))
     computed: dict[int, PairedComparison | ComparisonError] = {}
     for i in by_size:
         try:
             computed[i] = _compare_row(
-                pairs[i],
-                alpha=alpha / sizes[pairs[i].family],
+                matched[i],
+                alpha=alpha / sizes[matched[i].family],
                 confidence=confidence,
                 power=power,
                 seed=seed,
@@ -246,16 +270,16 @@ def compare_sweep(
         except ComparisonError as exc:  # raised below in row order, as one at a time would
             computed[i] = exc
     results = []
-    for i in range(len(pairs)):
+    for i in range(len(matched)):
         found = computed[i]
         if isinstance(found, ComparisonError):
             raise found
         results.append(found)
 
     members: defaultdict[Family, list[int]] = defaultdict(list)
-    for index, pair in enumerate(pairs):
+    for index, pair in enumerate(matched):
         members[pair.family].append(index)
-    adjusted = [0.0] * len(pairs)
+    adjusted = [0.0] * len(matched)
     for family, indices in members.items():
         method = "holm" if family[0] == "headline" else subject_method
         for index, p in zip(
@@ -264,7 +288,7 @@ def compare_sweep(
             adjusted[index] = p
 
     comparisons = []
-    for pair, result, p_adj in zip(pairs, results, adjusted, strict=True):
+    for pair, result, p_adj in zip(matched, results, adjusted, strict=True):
         row = pair.candidate
         verdict = decide_verdict(
             result.delta,
@@ -275,7 +299,7 @@ def compare_sweep(
         )
         comparisons.append(
             Comparison(
-                baseline=baseline,
+                baseline=pair.baseline.checkpoint,
                 candidate=row.checkpoint,
                 task=row.task,
                 metric=row.metric,
