@@ -202,3 +202,37 @@ def argument_labels(arguments: dict[str, Any]) -> list[tuple[str, str]]:
     for name, value in arguments.items():
         walk(value, name)
     return sorted(found, key=lambda pair: -len(pair[0]))
+
+
+def unechoed(message: str, arguments: dict[str, Any]) -> str:
+    """``message`` with every piece of an agent's argument taken out: first each value in
+    every form a message may write it (as it is, ``repr``, JSON, escaped, white space
+    folded) is replaced by its label (``checkpoints[1]``); then any run of ``MIN_LENGTH``
+    characters or more that is still an argument's text is replaced by ``...``. What an
+    error says then depends on the arguments only, never on whether one of them is a stored
+    secret (whose values are at least ``MIN_LENGTH`` characters), so masking secrets after
+    this cannot confirm a guess."""
+    from evalsweep.agent._secrets import encoded_forms
+
+    pairs = [(form, label) for value, label in argument_labels(arguments)
+             for form in encoded_forms(value)]  # fmt: skip
+    for form, label in sorted(pairs, key=lambda pair: -len(pair[0])):
+        message = message.replace(form, label)
+    covered = [False] * len(message)
+    for form, _ in pairs:
+        for start in range(len(form) - MIN_LENGTH + 1):
+            piece = form[start : start + MIN_LENGTH]
+            at = message.find(piece)
+            while at >= 0:
+                covered[at : at + MIN_LENGTH] = [True] * MIN_LENGTH
+                at = message.find(piece, at + 1)
+    if not any(covered):
+        return message
+    out, inside = [], False
+    for char, hidden in zip(message, covered, strict=True):
+        if hidden and not inside:
+            out.append("...")
+        if not hidden:
+            out.append(char)
+        inside = hidden
+    return "".join(out)

@@ -76,9 +76,16 @@ class SecretBox:
         return dict(values)
 
     def redact(self, text: str) -> str:
-        """``text`` with every secret's value replaced by ``[secret NAME]``."""
-        for name, value in sorted(self.environment().items(), key=lambda kv: -len(kv[1])):
-            text = text.replace(value, f"[secret {name}]")
+        """``text`` with every secret's value replaced by ``[secret NAME]``: as it is, and in
+        each form a message may have written it in (Python's ``repr``, JSON with and without
+        ASCII escapes, the renderer's escapes, white space folded), so no encoding of a value
+        slips past."""
+        forms = []
+        for name, value in self.environment().items():
+            for form in encoded_forms(value):
+                forms.append((form, f"[secret {name}]"))
+        for form, mask in sorted(forms, key=lambda pair: -len(pair[0])):
+            text = text.replace(form, mask)
         return text
 
     def _tokens(self) -> dict[str, str]:
@@ -113,3 +120,20 @@ class SecretBox:
         if mode & 0o077:
             raise ConfigError(f"secret key {self.key_path} is readable by others (mode {mode:o})")
         return Fernet(self.key_path.read_bytes().strip())
+
+
+def encoded_forms(value: str) -> set[str]:
+    """``value`` as it may appear inside a message: as it is, inside ``repr``'s quotes,
+    inside a JSON string (ASCII-escaped or not), as the one renderer shows it, and with its
+    white space folded."""
+    from evalsweep.text import visible
+
+    forms = {
+        value,
+        repr(value)[1:-1],
+        json.dumps(value)[1:-1],
+        json.dumps(value, ensure_ascii=False)[1:-1],
+        visible(value),
+        " ".join(value.split()),
+    }
+    return {form for form in forms if form}

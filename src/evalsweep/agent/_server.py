@@ -103,8 +103,9 @@ def build_server(
             outcome = await call_next(ctx)
         except Exception as exc:
             if audited:
-                said = getattr(getattr(exc, "error", None), "message", None) or type(exc).__name__
-                state.audit_call(name, params, f"refused by the protocol layer: {said}", registered)
+                state.audit_call(
+                    name, params, f"refused by the protocol layer: {told(exc)}", registered
+                )
             raise
         if audited and isinstance(outcome, Mapping) and outcome.get("isError"):
             content = outcome.get("content") or []
@@ -151,6 +152,16 @@ def refuse_unknown_arguments(server: MCPServer, name: str) -> None:
     )
     registered.fn_metadata.arg_model = closed
     registered.parameters = closed.model_json_schema(by_alias=True)
+
+
+def told(exc: Exception) -> str:
+    """The JSON-RPC error message the client receives for ``exc`` (as the SDK's runner
+    turns it into one): an ``MCPError``'s own, ``Invalid request parameters`` for a request
+    that fails validation, ``Internal error`` otherwise."""
+    error = getattr(exc, "error", None)
+    if isinstance(getattr(error, "message", None), str):
+        return str(error.message)  # type: ignore[union-attr]
+    return "Invalid request parameters" if isinstance(exc, ValidationError) else "Internal error"
 
 
 def arguments_of(server: MCPServer, name: str) -> list[str]:

@@ -42,7 +42,7 @@ from evalsweep.agent._approvals import (
     iso,
     refuse,
 )
-from evalsweep.agent._inputs import QUOTE_ID, InputError, argument_labels, check_id
+from evalsweep.agent._inputs import QUOTE_ID, InputError, check_id, unechoed
 from evalsweep.agent._jobs import Jobs
 from evalsweep.agent._models import QuoteOut, ResultsTable, TaskWork
 from evalsweep.agent._quotes import GateError, Quote, load_quote
@@ -107,7 +107,10 @@ class AgentState:
         self.jobs = Jobs(
             self.store, self.settings, self.secrets, self.store_path.parent / "evalsweep-jobs"
         )
-        self.asked: set[str] = set()
+        #: (the asking connection's session, quote id) of approval questions put to a person:
+        #: only the call that asked applies the answer (another connection's call on the same
+        #: quote finds no question of its own).
+        self.asked: set[tuple[int, str]] = set()
         self.watchdog_running = False
 
     def connection(self, ctx: Context | None) -> str:
@@ -138,6 +141,16 @@ class AgentState:
             return True
         return self.target(name).info().kind == "local" and self.settings.approve_local
 
+    def redact_tree(self, value: Any) -> Any:
+        """``value`` with every string in it, keys included, masked of secrets."""
+        if isinstance(value, str):
+            return self.secrets.redact(value)
+        if isinstance(value, list | tuple):
+            return [self.redact_tree(v) for v in value]
+        if isinstance(value, dict):
+            return {self.redact_tree(str(k)): self.redact_tree(v) for k, v in value.items()}
+        return value
+
     def redact_value(self, value: Any) -> Any:
         if isinstance(value, str):
             return self.secrets.redact(value)
@@ -166,8 +179,7 @@ class AgentState:
     def error(self, tool: str, message: str, arguments: dict[str, Any]) -> CallToolResult:
         """One line for the agent: one prefix, its arguments named not echoed, secrets
         redacted, CLI flags named as tool arguments, within the cap."""
-        for value, label in argument_labels(arguments):
-            message = message.replace(value, label)
+        message = unechoed(message, arguments)
         message = self.secrets.redact(" ".join(message.split()))
         for flag, name in FLAG_NAMES.items():
             message = re.sub(rf"{flag}(?![a-z-])", name, message)
@@ -190,10 +202,11 @@ class AgentState:
         arguments = params.get("arguments")
         known = isinstance(name, str) and name in tools
         sent = arguments if known else {"name": name, "arguments": arguments}
+        # Masked before any encoding: a secret's value as sent, whatever characters it holds.
         received = self.secrets.redact(
-            json.dumps(sent, ensure_ascii=True, sort_keys=True, default=repr)
+            json.dumps(self.redact_tree(sent), ensure_ascii=True, sort_keys=True, default=repr)
         )
-        message = self.secrets.redact(visible(" ".join(message.split())))
+        message = visible(self.secrets.redact(" ".join(message.split())))
         fields = arguments if isinstance(arguments, Mapping) else {}
         quote_id = fields.get("quote_id")
         quote_id = quote_id if isinstance(quote_id, str) and QUOTE_ID.match(quote_id) else None
@@ -318,10 +331,13 @@ class AgentState:
                 self.store.audit_event("watchdog", message)
             await anyio.sleep(self.settings.watchdog_interval_s)
 
-    def apply_consent(self, quote_id: str, consent: ElicitationResult[Consent]) -> str | None:
-        if quote_id not in self.asked:
+    def apply_consent(
+        self, quote_id: str, consent: ElicitationResult[Consent], ctx: Context
+    ) -> str | None:
+        key = (asker(ctx), quote_id)
+        if key not in self.asked:
             return None
-        self.asked.discard(quote_id)
+        self.asked.discard(key)
         if isinstance(consent, AcceptedElicitation) and consent.data.approve:
             approve_quote(self.store, quote_id, "the person, through the MCP client")
             return "the person, through the MCP client"
@@ -454,6 +470,11 @@ def sent_bytes(result: CallToolResult) -> int:
     return len(result.model_dump_json(by_alias=True, exclude_none=True).encode())
 
 
+def asker(ctx: Context) -> int:
+    """Which connection a call came on: its session object, one per client connection."""
+    return id(ctx.request_context.session)
+
+
 def consent_parameter(state: AgentState) -> Any:
     """The hidden tool parameter through which the client may ask the person to approve."""
 
@@ -468,7 +489,7 @@ def consent_parameter(state: AgentState) -> Any:
         caps = ctx.client_capabilities
         if not state.settings.trust_elicitation or caps is None or caps.elicitation is None:
             return Consent(approve=False)
-        state.asked.add(quote_id)
+        state.asked.add((asker(ctx), quote_id))
         return Elicit(f"evalsweep asks your approval: {describe_quote(quote)}. Approve?", Consent)
 
     return Annotated[ElicitationResult[Consent], Resolve(ask_consent)]

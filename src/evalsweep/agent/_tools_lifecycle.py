@@ -70,7 +70,7 @@ def register_lifecycle_tools(state: AgentState, tool: ToolRegistrar, consent_typ
     async def act(action: str, quote_id: str, consent: Any, ctx: Context) -> ActionDone:
         store = state.store
         state.check_quote_id(quote_id)
-        state.apply_consent(quote_id, consent)
+        state.apply_consent(quote_id, consent, ctx)
         quote = state.load_or_refuse(quote_id)
         state.pre_gate(quote, "lifecycle", action)
         try:

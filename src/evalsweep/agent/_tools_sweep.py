@@ -244,7 +244,7 @@ def register_sweep_tools(state: AgentState, tool: ToolRegistrar, consent_type: A
         """
         store = state.store
         state.check_quote_id(quote_id)
-        approved_by = state.apply_consent(quote_id, consent)
+        approved_by = state.apply_consent(quote_id, consent, ctx)
         quote = state.load_or_refuse(quote_id)
         if tasks is not None:  # compared as the quote holds them: as the job names them
             try:

@@ -10,9 +10,13 @@ immutable sandbox, narrowed further:
 - attributes are read only on the plain values a row holds (strings, numbers,
   lists, dicts, booleans, None) and on Jinja's own loop and namespace objects, and
   never one that starts with ``_``; methods that change a value are refused;
-- ``**`` and ``*`` refuse results past ``MAX_POWER`` digits or ``MAX_ITEMS`` items,
-  and a rendering past ``MAX_RENDERED`` characters fails, so a template cannot take
-  the process's memory either.
+- what a template may build is bounded before it is built, so a template cannot take
+  the process's memory or its time either: ``**`` and ``*`` refuse results past
+  ``MAX_POWER`` digits or ``MAX_ITEMS`` items; every call and filter refuses a number
+  argument past ``MAX_ITEMS`` (a width such as ``center(300000000)``) and a result past
+  ``MAX_RENDERED`` characters; ``%`` refuses a width or precision past ``MAX_ITEMS``;
+  ``range`` counts against ``MAX_STEPS`` iterations per rendering (nested loops
+  included); and a rendering stops once it has produced ``MAX_RENDERED`` characters.
 
 What a template may not do fails with :class:`TemplateRefused`, which the task
 file turns into one line naming the file and the key.
@@ -20,7 +24,10 @@ file turns into one line naming the file and the key.
 
 from __future__ import annotations
 
+import contextvars
+import functools
 import operator
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -29,10 +36,14 @@ from jinja2.runtime import LoopContext
 from jinja2.sandbox import ImmutableSandboxedEnvironment, SecurityError
 from jinja2.utils import Namespace
 
-#: Most digits ``**`` may produce, items ``*`` may repeat into, characters a rendering holds.
+#: Most digits ``**`` may produce, items ``*`` may repeat into, characters a rendering holds,
+#: and ``range`` iterations one rendering may ask for in all.
 MAX_POWER = 10_000
 MAX_ITEMS = 1_000_000
 MAX_RENDERED = 1_000_000
+MAX_STEPS = 1_000_000
+_STEPS: contextvars.ContextVar[list[int]] = contextvars.ContextVar("template_steps")
+_WIDTH = re.compile(r"%[-#0 +]*(\*|\d+)?(?:\.(\*|\d+))?")
 PLAIN = (str, int, float, bool, list, tuple, dict, type(None))
 JINJA_OWN = (LoopContext, Namespace)
 KEPT_GLOBALS = ("range", "dict", "namespace")
@@ -45,11 +56,19 @@ class TemplateRefused(SecurityError):
 class TaskTemplates(ImmutableSandboxedEnvironment):
     """Jinja's immutable sandbox, with the narrowing the module's docstring lists."""
 
-    intercepted_binops = frozenset({"*", "**"})
+    intercepted_binops = frozenset({"*", "**", "%"})
 
     def __init__(self) -> None:
         super().__init__(undefined=StrictUndefined, keep_trailing_newline=True)
         self.globals = {name: self.globals[name] for name in KEPT_GLOBALS}
+        self.globals["range"] = counted_range
+        self.filters = {
+            name: _bounded(fn, patterned=name == "format") for name, fn in self.filters.items()
+        }
+
+    def call(self, __context: Any, __obj: Any, *args: Any, **kwargs: Any) -> Any:
+        _check_numbers(args, kwargs)
+        return _checked_result(super().call(__context, __obj, *args, **kwargs))
 
     def is_safe_attribute(self, obj: Any, attr: str, value: Any) -> bool:
         if attr.startswith("_") or not isinstance(obj, PLAIN + JINJA_OWN):
@@ -65,6 +84,9 @@ class TaskTemplates(ImmutableSandboxedEnvironment):
         )
 
     def call_binop(self, context: Any, operator_name: str, left: Any, right: Any) -> Any:
+        if operator_name == "%":
+            _check_widths(left)
+            return _checked_result(operator.mod(left, right))
         if operator_name == "**":
             if isinstance(left, int) and isinstance(right, int) and right > 0:
                 digits = right * max(abs(left), 2).bit_length() * 0.302
@@ -82,9 +104,67 @@ class TaskTemplates(ImmutableSandboxedEnvironment):
         return operator.mul(left, right)
 
 
+def counted_range(*args: int) -> range:
+    """Jinja's ``range``, counted against the rendering's ``MAX_STEPS``."""
+    for value in args:
+        if not isinstance(value, int) or abs(value) > MAX_ITEMS:
+            raise TemplateRefused("range over a number that large")
+    made = range(*args)
+    steps = _STEPS.get([0])
+    steps[0] += len(made)
+    if steps[0] > MAX_STEPS:
+        raise TemplateRefused(f"loops of more than {MAX_STEPS} steps in all")
+    return made
+
+
+def _check_numbers(args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> None:
+    for value in (*args, *kwargs.values()):
+        number = isinstance(value, int | float) and not isinstance(value, bool)
+        if number and abs(value) > MAX_ITEMS:
+            raise TemplateRefused("a call with a number argument that large")
+
+
+def _check_widths(pattern: Any) -> None:
+    """A ``%`` pattern (the ``%`` operator's, the ``format`` filter's) with no width or
+    precision past ``MAX_ITEMS``: what it would make is refused before it is made."""
+    if isinstance(pattern, str):
+        for width in (w for pair in _WIDTH.findall(pattern) for w in pair if w):
+            if width == "*" or int(width) > MAX_ITEMS:
+                raise TemplateRefused("'%' with a width or precision that large")
+
+
+def _checked_result(value: Any) -> Any:
+    if isinstance(value, str | list | tuple) and len(value) > MAX_RENDERED:
+        raise TemplateRefused(f"a value of {len(value)} items, more than {MAX_RENDERED}")
+    return value
+
+
+def _bounded(fn: Any, patterned: bool = False) -> Any:
+    """A filter with its number arguments and its result bounded (see the module);
+    ``patterned``: its value is a ``%`` pattern (the ``format`` filter)."""
+
+    @functools.wraps(fn)
+    def filtered(*args: Any, **kwargs: Any) -> Any:
+        _check_numbers(args[1:], kwargs)  # the first is the value (or the context)
+        if patterned and args:  # ``format`` takes its pattern as the value
+            _check_widths(args[0])
+        return _checked_result(fn(*args, **kwargs))
+
+    return filtered
+
+
 def render(template: Any, row: Mapping[str, Any]) -> str:
-    """``template`` (compiled by :class:`TaskTemplates`) rendered over ``row``, bounded."""
-    out = template.render(**row)
-    if len(out) > MAX_RENDERED:
-        raise TemplateRefused(f"renders {len(out)} characters, more than {MAX_RENDERED}")
-    return str(out)
+    """``template`` (compiled by :class:`TaskTemplates`) rendered over ``row``, bounded: it
+    stops as soon as it has produced ``MAX_RENDERED`` characters."""
+    token = _STEPS.set([0])
+    try:
+        parts: list[str] = []
+        size = 0
+        for chunk in template.generate(**row):
+            size += len(chunk)
+            if size > MAX_RENDERED:
+                raise TemplateRefused(f"renders more than {MAX_RENDERED} characters")
+            parts.append(chunk)
+        return "".join(parts)
+    finally:
+        _STEPS.reset(token)
