@@ -584,7 +584,11 @@ def test_a_call_the_protocol_layer_refuses_is_audited(
     with Store(store_path) as store:
         refusals = store.audit_entries(kind="refusal")
     assert [e["detail"]["received"] for e in refusals] == [json.dumps(a) for a in bad]
-    assert all("refused by the protocol layer" in e["text"] for e in refusals)
+    # The audit says what the client was told.
+    assert all(
+        e["text"] == "start_sweep: refused by the protocol layer: Invalid request parameters"
+        for e in refusals
+    ), [e["text"] for e in refusals]
 
 
 def test_a_client_header_names_no_connection_of_its_own(
@@ -712,3 +716,150 @@ async def test_a_checkpoint_swapped_after_the_start_is_refused_by_the_job(
                 await anyio.sleep(0.5)
         log = result(await client.call_tool("job_logs", {"job_id": started["job_id"]}))["text"]
     assert status["status"] == "failed" and "is not the one approved" in log
+
+
+@pytest.mark.anyio
+async def test_a_task_file_changed_after_the_start_is_refused_by_the_job(
+    agent_env: Path, store_path: Path, gpt2_a: Path, tmp_path: Path
+) -> None:
+    allowed = tmp_path / "allowed"
+    task_file(allowed, "capitals", "Q: {{ q }}")
+    config = {"agent": {"task_dirs": [str(allowed)]}}
+    args = {"checkpoints": [str(gpt2_a)], "tasks": ["capitals"], "limit": 2}
+    async with Client(build_server(store_path, config=config)) as client:
+        quote = result(await client.call_tool("quote_sweep", args))
+        started = result(await client.call_tool("start_sweep", {"quote_id": quote["quote_id"]}))
+        (allowed / "rows.jsonl").write_text(ROWS.replace("2+2", "SWAPPED"))
+        with anyio.fail_after(300):
+            while (
+                status := result(
+                    await client.call_tool("job_status", {"job_id": started["job_id"]})
+                )
+            )["status"] == "running":
+                await anyio.sleep(0.5)
+        log = result(await client.call_tool("job_logs", {"job_id": started["job_id"]}))["text"]
+    assert status["status"] == "failed" and "prompts are not the ones approved" in log
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize(
+    "shape",
+    ["{}\\x", "{}'", '{}"', "{}\u00e4", "x" * 200 + "{}", "{}  tail", "  {}"],
+    ids=["backslash", "quote", "dquote", "non-ascii", "long", "spaces", "lead"],
+)
+async def test_no_error_confirms_a_guess_at_a_secret(
+    agent_env: Path, store_path: Path, shape: str
+) -> None:
+    from evalsweep.agent import SecretBox
+
+    secret = "hf_SuperSecretValue123"
+    SecretBox().set("HF_TOKEN", secret)
+    seen: dict[str, list[str]] = {}
+    async with Client(build_server(store_path, config={})) as client:
+        for guess in (secret, "hf_SuperSecretValue124"):
+            value = shape.format(guess)
+            calls = [
+                ("quote_sweep", {"checkpoints": ["./x"], "tasks": [TASK], "target": value}),
+                ("quote_sweep", {"checkpoints": [f"/nowhere/{value}"], "tasks": [TASK]}),
+                ("compare", {"checkpoints": ["a/b", f"c/{value}"], "tasks": [TASK]}),
+                ("compare", {"checkpoints": ["a/b", "c/d"], "tasks": [TASK], "baseline": value}),
+                ("quote_action", {"target": value, "action": "deploy"}),
+            ]
+            texts = []
+            for tool, arguments in calls:
+                texts.append(error_text(await client.call_tool(tool, arguments)))
+            seen[guess] = [t.replace(guess, "GUESS") for t in texts]
+    right, wrong = seen.values()
+    assert right == wrong  # the same words, whether the guess is right or not
+    assert not any("secret" in t for t in right)
+    with Store(store_path) as store:
+        for entry in store.audit_entries(kind="refusal"):
+            assert secret not in json.dumps(entry, ensure_ascii=False)
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("secret", ["pässwort-geheim-1", 'quo"te-secret-1', "back\\slash-secret"])
+async def test_the_audit_masks_a_secret_whatever_characters_it_holds(
+    agent_env: Path, store_path: Path, secret: str
+) -> None:
+    from evalsweep.agent import SecretBox
+
+    SecretBox().set("ODD_TOKEN", secret)
+    async with Client(build_server(store_path, config={})) as client:
+        await client.call_tool(
+            "quote_sweep", {"checkpoints": ["x"], "tasks": [TASK], "target": secret}
+        )
+        await client.call_tool("start_sweep", {"quote_id": "q-0123456789", secret: 1})
+    with Store(store_path) as store:
+        entries = store.audit_entries(kind="refusal")
+    assert len(entries) == 2
+    for entry in entries:
+        whole = entry["text"] + entry["detail"]["received"]
+        for form in (secret, json.dumps(secret)[1:-1], json.dumps(secret, ensure_ascii=False)):
+            assert form not in whole
+        assert "[secret ODD_TOKEN]" in entry["detail"]["received"]
+
+
+@pytest.mark.anyio
+async def test_an_approval_question_is_answered_only_by_the_call_that_asked(
+    agent_env: Path, store_path: Path, gpt2_a: Path
+) -> None:
+    from mcp.types import ElicitResult
+
+    asked, answer = anyio.Event(), anyio.Event()
+
+    async def person(*_: Any) -> ElicitResult:
+        asked.set()
+        await answer.wait()
+        return ElicitResult(action="accept", content={"approve": True})
+
+    args = {"checkpoints": [str(gpt2_a)], "tasks": [TASK], "limit": 1}
+    server = build_server(store_path, config=paid(5.0))
+    outcome: dict[str, Any] = {}
+    async with Client(server, elicitation_callback=person) as asking, Client(server) as other:
+        quote = result(await asking.call_tool("quote_sweep", args))
+
+        async def start() -> None:
+            outcome["a"] = await asking.call_tool("start_sweep", {"quote_id": quote["quote_id"]})
+
+        async with anyio.create_task_group() as group:
+            group.start_soon(start)
+            with anyio.fail_after(60):
+                await asked.wait()
+            text = error_text(await other.call_tool("start_sweep", {"quote_id": quote["quote_id"]}))
+            answer.set()
+        job = result(outcome["a"])
+        await asking.call_tool("cancel_job", {"job_id": job["job_id"]})
+    assert "needs the person's approval" in text
+    with Store(store_path) as store:
+        texts = [e["text"] for e in store.audit_entries()]
+    assert not any("declined" in t for t in texts), texts
+    assert any(t.startswith(f"approved {quote['quote_id']} by the person") for t in texts)
+
+
+@pytest.mark.parametrize(
+    "template",
+    [
+        '{{ "%300000000d"|format(1) }}',
+        '{{ "x".center(300000000) }}',
+        '{{ "x".ljust(2e8) }}',
+        '{{ "%.900000000f" % 1.5 }}',
+        "{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}",
+        '{% for i in range(1000) %}{{ "y" * 999999 }}{% endfor %}',
+        '{{ ("y" * 900000) ~ ("y" * 900000) }}',
+        "{{ range(10**7)|list|length }}",
+    ],
+)
+def test_a_template_cannot_take_the_memory_or_the_time(tmp_path: Path, template: str) -> None:
+    import resource
+
+    from evalsweep.errors import TaskError
+    from evalsweep.tasks import get_task
+
+    path = task_file(tmp_path, "t", template)
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    started = time.process_time()
+    with pytest.raises(TaskError, match="template refused"):
+        get_task(str(path)).load(None, None)  # type: ignore[arg-type]
+    grown_mb = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) / 1024
+    assert grown_mb < 200 and time.process_time() - started < 10

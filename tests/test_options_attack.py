@@ -408,7 +408,9 @@ async def test_the_quote_prices_the_spec_the_job_process_reads(
     job = build_spec(parsed.pop("checkpoints"), parsed)
     # The job's spec is the quote's, and it pins the approved identities.
     assert job.expect_identities == " ".join(params["identities"])
-    assert spec_values(replace(job, expect_identities=None)) == spec_values(quoted_spec(params))
+    assert job.expect_work == params["work_hash"]
+    plain = replace(job, expect_identities=None, expect_work=None)
+    assert spec_values(plain) == spec_values(quoted_spec(params))
     assert job.options.device == "cpu" and (job.limit, job.num_fewshot) == (2, 1)
     work = plan_work(
         list(job.checkpoints), [str(t) for t in job.tasks], data_dir=job.data_dir,

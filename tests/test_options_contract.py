@@ -262,7 +262,11 @@ async def test_a_jobs_command_is_the_quoted_sweep_written_by_to_argv(
     assert not call.is_error, call.content[0].text
     params = call.structured_content["params"]
     # The job also refuses checkpoints that no longer resolve to the approved identities.
-    spec = replace(quoted_spec(params), expect_identities=" ".join(params["identities"]))
+    spec = replace(
+        quoted_spec(params),
+        expect_identities=" ".join(params["identities"]),
+        expect_work=params["work_hash"],
+    )
     command = job_command(params, "local", store_path, tmp_path / "out", params["data_dir"])
     assert command[:4] == [sys.executable, "-m", "evalsweep", "run"]
     written = to_argv(spec)

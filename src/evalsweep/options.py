@@ -184,6 +184,8 @@ OPTIONS: tuple[Option, ...] = (
     _o("expect_identities", "--expect-identities", "text", None, "The identities the "
        "checkpoints must resolve to, in order, separated by spaces (an approved job's).",
        "spec", hidden=True),
+    _o("expect_work", "--expect-work", "text", None, "The hash the planned sweep's work must "
+       "have (an approved job's).", "spec", hidden=True),
     _o("baseline", "--baseline", "text", None, "Checkpoint the others are compared with "
        "(default: the first).", "job"),
     _o("steps", "--steps", "text", None, "From a run (a folder of checkpoint-N folders, or "

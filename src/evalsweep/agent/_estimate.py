@@ -12,7 +12,6 @@ the job needs to report its progress from the store.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import re
 import statistics
@@ -65,7 +64,7 @@ def plan_work(
     ``num_fewshot``; see :func:`evalsweep.options.agent_options`).
     """
     from evalsweep.agent._options import quoted_spec
-    from evalsweep.engine import backend_cache_key, plan_sweep
+    from evalsweep.engine import backend_cache_key, plan_sweep, work_digest
     from evalsweep.options import agent_options
 
     unknown = sorted(set(options) - {each.name for each in agent_options()})
@@ -78,10 +77,8 @@ def plan_work(
     resolved, task_runs = plan_sweep(spec)
     cache_key = backend_cache_key(spec)
     backend_key = cache_key.key
-    digest = hashlib.sha256()
     parameters = {}
     for checkpoint in resolved:
-        digest.update(checkpoint.identity.encode())
         parameters[checkpoint.identity] = parameter_count(
             checkpoint.kind, checkpoint.location, checkpoint.commit
         )
@@ -89,11 +86,9 @@ def plan_work(
     task_rows: list[dict[str, Any]] = []
     plan: list[dict[str, Any]] = []
     for name, run in task_runs.items():
-        digest.update(run.settings_key.encode())
         n_requests = chars = gen = 0
         for prepared in run.prepared:
             for request in prepared.requests:
-                digest.update(request.key().encode())
                 n_requests += 1
                 chars += len(request.context) + len(getattr(request, "continuation", ""))
                 gen += int(getattr(request, "max_gen_toks", 0))
@@ -123,7 +118,7 @@ def plan_work(
         requests=requests,
         prompt_tokens=prompt_chars // CHARS_PER_TOKEN,
         max_generated_tokens=generated,
-        work_hash=digest.hexdigest(),
+        work_hash=work_digest(resolved, task_runs),
         device_type=str(cache_key.settings["device_type"]),
         plan=plan,
     )

@@ -73,8 +73,12 @@ def job_command(
     and the references, so no reference can be read as an option)."""
     spec = quoted_spec({**params, "data_dir": data_dir})
     # The job refuses checkpoints that no longer resolve to what the person approved.
+    # The job refuses to run what the person did not approve: checkpoints that no longer
+    # resolve to the approved identities, prompts (task files, data) that changed.
     if params.get("identities"):
         spec = dataclasses.replace(spec, expect_identities=" ".join(params["identities"]))
+    if params.get("work_hash"):
+        spec = dataclasses.replace(spec, expect_work=params["work_hash"])
     command = [sys.executable, "-m", "evalsweep", "run"]
     command += ["--store", str(store_path), "--out", str(out_dir)]
     # Always named: an inherited EVALSWEEP_TARGET must not move the job elsewhere.

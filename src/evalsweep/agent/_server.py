@@ -103,9 +103,9 @@ def build_server(
             outcome = await call_next(ctx)
         except Exception as exc:
             if audited:
-                state.audit_call(
-                    name, params, f"refused by the protocol layer: {told(exc)}", registered
-                )
+                who = name if isinstance(name, str) and name in registered else "evalsweep"
+                said = f"{who}: refused by the protocol layer: {told(exc)}"
+                state.audit_call(name, params, said, registered)
             raise
         if audited and isinstance(outcome, Mapping) and outcome.get("isError"):
             content = outcome.get("content") or []

@@ -18,6 +18,7 @@ from evalsweep.engine._sweep import (
     backend_settings,
     plan_sweep,
     run_sweep,
+    work_digest,
 )
 from evalsweep.engine._sweep import _request_hash as request_hash
 
@@ -35,6 +36,7 @@ __all__ = [
     "TaskRun",
     "backend_settings",
     "plan_sweep",
+    "work_digest",
     "request_hash",
     "run_sweep",
     "stored_sweep",

@@ -76,6 +76,8 @@ SPEC_ROLES: Mapping[str, str] = {
     "chat": "task key (ChatOptions.settings)",
     "expect_identities": "none: a check that the checkpoints are the approved ones (their "
     "identities are the key)",
+    "expect_work": "none: a check that the prompts are the approved ones (each request is "
+    "keyed on its own)",
 }
 
 

@@ -10,6 +10,7 @@ resumes where it stopped.
 
 from __future__ import annotations
 
+import hashlib
 import time
 import uuid
 from collections.abc import Sequence
@@ -69,6 +70,9 @@ class SweepSpec:
     #: The identities the checkpoints must resolve to, in order, separated by spaces (an
     #: approved agent job's: what the person approved is what runs); ``None``: any.
     expect_identities: str | None = None
+    #: The :func:`work_digest` the planned sweep must have (an approved agent job's: the
+    #: prompts it reads are the ones approved); ``None``: any.
+    expect_work: str | None = None
 
 
 @dataclass
@@ -154,7 +158,27 @@ def plan_sweep(spec: SweepSpec) -> tuple[list[ResolvedCheckpoint], dict[str, Tas
                 run.rendered[checkpoint.identity] = render_documents(
                     run.task.name, run.prepared, spec.chat, template
                 )
+    if spec.expect_work is not None and work_digest(checkpoints, task_runs) != spec.expect_work:
+        raise TaskError(
+            "the sweep's prompts are not the ones approved (a task file or its data changed "
+            "since the quote); quote again"
+        )
     return checkpoints, task_runs
+
+
+def work_digest(checkpoints: Sequence[ResolvedCheckpoint], task_runs: dict[str, TaskRun]) -> str:
+    """One hash of a planned sweep's work: every checkpoint's identity, every task's settings
+    and every request's key, in order. What an agent's quote is priced and approved on, and
+    what the approved job checks again (``expect_work``) after it has read every file."""
+    digest = hashlib.sha256()
+    for checkpoint in checkpoints:
+        digest.update(checkpoint.identity.encode())
+    for run in task_runs.values():
+        digest.update(run.settings_key.encode())
+        for prepared in run.prepared:
+            for request in prepared.requests:
+                digest.update(request.key().encode())
+    return digest.hexdigest()
 
 
 def backend_settings(spec: SweepSpec) -> dict[str, Any]:
