@@ -86,15 +86,10 @@ class VLLMBackend:
     name = "vllm"
 
     def __init__(self, checkpoint: ResolvedCheckpoint, options: BackendOptions) -> None:
-        # vLLM logs to stdout unless told otherwise, which would corrupt `--json`
-        # output: its log goes to stderr, warnings only unless the person asked.
         vllm = _import_vllm()
         if options.data_parallel_size > 1:
             raise BackendError("one VLLMBackend is one replica; load_backend starts several")
-        if options.dtype not in DTYPES:
-            raise BackendError(
-                f"--dtype {options.dtype!r}: choose auto, float32, float16 or bfloat16"
-            )
+        _check_dtype(options)
         self.checkpoint = checkpoint
         self.options = options
         self.version = vllm.__version__
@@ -307,10 +302,16 @@ def _import_vllm() -> Any:
     return vllm
 
 
+def _check_dtype(options: BackendOptions) -> None:
+    if options.dtype not in DTYPES:
+        raise BackendError(f"--dtype {options.dtype!r}: choose auto, float32, float16 or bfloat16")
+
+
 def _engine_kwargs(
     checkpoint: ResolvedCheckpoint, options: BackendOptions, lora_request: Any
 ) -> dict[str, Any]:
     """``LLM``'s arguments (all of them ``EngineArgs`` fields) for ``checkpoint``."""
+    _check_dtype(options)
     tokenizer_path, tokenizer_revision = tokenizer_source(checkpoint)
     kwargs: dict[str, Any] = {
         "model": checkpoint.load_path,
