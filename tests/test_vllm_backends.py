@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import json
+import re
 import socket
 import subprocess
 import sys
@@ -24,6 +25,7 @@ from typing import Any
 
 import pytest
 
+from conftest import count_sample_rows
 from evalsweep.checkpoints import resolve_checkpoint
 from evalsweep.models import BackendOptions, load_backend
 from evalsweep.requests import GenerationRequest, LoglikelihoodRequest
@@ -42,8 +44,11 @@ pytestmark = [
 SUBJECTS = ["abstract_algebra", "college_physics", "marketing"]
 LIMIT = 10
 TOLERANCE = 2e-3  # float32 on both sides; kernels differ in summation order
-# vLLM's CPU build reserves this share of host memory; the tests need little.
-ENGINE = {"dtype": "float32", "gpu_memory_utilization": 0.05, "enforce_eager": True}
+# Every engine's KV cache in bytes (vLLM's CPU build would otherwise take a share of the
+# first NUMA node's memory, whatever the node's size): 64 MiB holds 30 sequences of these
+# models' full length (2048 tokens, 2.1 MiB in float32).
+KV_BYTES = 64 << 20
+ENGINE = {"dtype": "float32", "kv_cache_space": KV_BYTES / 2**30, "enforce_eager": True}
 
 
 def free_port() -> int:
@@ -97,7 +102,7 @@ def serving(checkpoint: Path, *extra: str) -> Iterator[str]:
     command = [
         *vllm_serve(checkpoint),
         "--host", "127.0.0.1", "--port", str(port), "--dtype", "float32",
-        "--gpu-memory-utilization", "0.05", "--enforce-eager", "--seed", "1234", *extra,
+        "--kv-cache-memory-bytes", str(KV_BYTES), "--enforce-eager", "--seed", "1234", *extra,
     ]  # fmt: skip
     log_path = checkpoint.parent / f"server-{port}.log"
     log = log_path.open("w")
@@ -162,6 +167,80 @@ def picks(documents: list[list[LoglikelihoodRequest]], backend: Any) -> tuple[li
         chosen.append(max(range(len(doc)), key=scores.__getitem__))
         start += len(doc)
     return chosen, results
+
+
+def test_engine_records_its_kv_cache_in_bytes(engine: Any) -> None:
+    assert engine.describe()["kv_cache_bytes"] == KV_BYTES
+    assert "gpu_memory_utilization" not in engine.describe()
+
+
+def test_default_kv_cache_fits_the_node_and_the_model(checkpoint: Path) -> None:
+    """Without --kv-cache-space: at least one full-length sequence, at most what the
+    model's sequences can fill, the cap, and half the node's memory left beside it."""
+    from evalsweep.models.vllm import KV_CACHE_CAP, _memory_node, kv_cache_bytes
+
+    resolved = resolve_checkpoint(str(checkpoint))
+    one = 2 * 2 * 64 * 4 * 2048  # K and V, 2 layers, width 64, float32, 2048 tokens
+    size = kv_cache_bytes(resolved, BackendOptions(dtype="float32"))
+    assert size is not None
+    assert one < size <= min(KV_CACHE_CAP, 128 * 2 * one, _memory_node().available // 2)
+    # Two engines on one node: each its default, and both within the node.
+    both = kv_cache_bytes(resolved, BackendOptions(dtype="float32"), engines=2)
+    assert both is not None and 2 * both <= _memory_node().available
+
+
+def test_kv_cache_asked_for_is_shared_by_the_engines(checkpoint: Path) -> None:
+    from evalsweep.models.vllm import kv_cache_bytes
+
+    resolved = resolve_checkpoint(str(checkpoint))
+    options = BackendOptions(dtype="float32", kv_cache_space=0.25)
+    assert kv_cache_bytes(resolved, options) == 256 << 20
+    assert kv_cache_bytes(resolved, options, engines=2) == 128 << 20
+
+
+@pytest.mark.parametrize(
+    ("options", "says"),
+    [
+        # Less than one sequence of the model's 2048 tokens (2.1 MiB).
+        ({"kv_cache_space": 1 / 1024}, "is too small: one sequence of 2048 tokens needs at least"),
+        ({"kv_cache_space": 0.0}, "is too small"),
+        ({"gpu_memory_utilization": 0.05}, "on vLLM's CPU build size the KV cache in GiB with"),
+    ],
+)
+def test_kv_cache_that_cannot_work_is_one_line_naming_the_option(
+    checkpoint: Path, options: dict[str, float], says: str
+) -> None:
+    from evalsweep.errors import BackendError
+
+    with pytest.raises(BackendError) as caught:
+        load_backend(
+            "vllm", resolve_checkpoint(str(checkpoint)), BackendOptions(dtype="float32", **options)
+        )
+    message = str(caught.value)
+    assert says in message and "\n" not in message
+    assert "--kv-cache-space" in message
+
+
+def test_kv_cache_beyond_the_node_is_one_line_naming_the_figures(
+    checkpoint: Path, data_dir: Path, tmp_path: Path, cli_env: dict[str, str]
+) -> None:
+    """1 PiB of KV cache, more than any node has: refused before vLLM starts, in one line
+    naming the node's memory and the option, with no traceback and nothing stored."""
+    store = tmp_path / "results.sqlite"
+    command = [sys.executable, "-m", "evalsweep.cli", "run", str(checkpoint), "--backend", "vllm",
+               "--dtype", "float32", "--kv-cache-space", "1048576", "--tasks",
+               "mmlu_abstract_algebra", "--limit", "2", "--data-dir", str(data_dir),
+               "--store", str(store), "--json"]  # fmt: skip
+    done = subprocess.run(command, env=cli_env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 2, done.stderr
+    assert done.stdout == "" and "Traceback" not in done.stderr
+    errors = [line for line in done.stderr.splitlines() if line.startswith("evalsweep: error:")]
+    assert len(errors) == 1, done.stderr
+    (line,) = errors
+    assert "a KV cache of 1048576.00 GiB (--kv-cache-space 1048576)" in line
+    assert re.search(r"NUMA node \d+ has [\d.]+ GiB available of [\d.]+ GiB", line), line
+    assert line.endswith("lower --kv-cache-space")
+    assert count_sample_rows(store) == 0
 
 
 def test_vllm_and_hf_pick_the_same_mmlu_answers(
@@ -332,13 +411,16 @@ def test_adapter_served_over_http_is_compared_with_its_base(
 def test_data_parallel_replicas_answer_as_one_engine(
     checkpoint: Path, engine: Any, mmlu_documents: list[list[LoglikelihoodRequest]]
 ) -> None:
-    """Two engines in two processes, each answering a shard, in request order."""
-    options = BackendOptions(data_parallel_size=2, **ENGINE)  # type: ignore[arg-type]
+    """Two engines in two processes, each answering a shard, in request order, each with
+    half of the KV cache asked for."""
+    engine_options = {**ENGINE, "kv_cache_space": 2 * KV_BYTES / 2**30}
+    options = BackendOptions(data_parallel_size=2, **engine_options)  # type: ignore[arg-type]
     replicas = load_backend("vllm", resolve_checkpoint(str(checkpoint)), options)
     requests = [r for doc in mmlu_documents[:6] for r in doc]
     generation = [GenerationRequest(f"Count: {i}", until=("\n",), max_gen_toks=8) for i in range(3)]
     try:
         assert replicas.describe()["data_parallel_size"] == 2
+        assert replicas.describe()["kv_cache_bytes"] == KV_BYTES
         got = replicas.loglikelihood(requests)
         texts = replicas.generate_until(generation)
     finally:

@@ -147,9 +147,11 @@ OPTIONS: tuple[Option, ...] = (
        "backend", show_default=True, minimum=1),
     _o("data_parallel_size", "--data-parallel-size", "int", 1, "vllm: model replicas.",
        "backend", show_default=True, minimum=1),
-    _o("gpu_memory_utilization", "--gpu-memory-utilization", "float", None, "vllm: share of "
-       "GPU memory it may take (on its CPU build, of host memory).", "backend", minimum=0.0,
-       maximum=1.0),
+    _o("gpu_memory_utilization", "--gpu-memory-utilization", "float", None, "vllm on a GPU: "
+       "share of GPU memory it may take.", "backend", minimum=0.0, maximum=1.0),
+    _o("kv_cache_space", "--kv-cache-space", "float", None, "vllm's CPU build: GiB of KV "
+       "cache, shared by the --data-parallel-size engines (default: what the model can use, "
+       "up to 4 GiB each, within the NUMA node's free memory).", "backend", minimum=0.0),
     _o("enforce_eager", "--enforce-eager", "flag", False, "vllm: skip graph compilation "
        "(faster start).", "backend"),
     _o("base_url", "--base-url", "text", None, "openai: the server's API root, e.g. "

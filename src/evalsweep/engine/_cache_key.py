@@ -54,6 +54,7 @@ OPTION_ROLES: Mapping[str, Role] = {
     "tensor_parallel_size": "speed",
     "data_parallel_size": "speed",
     "gpu_memory_utilization": "speed",
+    "kv_cache_space": "speed",
     "enforce_eager": "speed",
     "concurrency": "speed",
     "max_retries": "speed",

@@ -33,7 +33,8 @@ class BackendOptions:
     # vLLM
     tensor_parallel_size: int = 1
     data_parallel_size: int = 1
-    gpu_memory_utilization: float | None = None  # None: vLLM's default (0.9)
+    gpu_memory_utilization: float | None = None  # GPU only; None: vLLM's default (0.92)
+    kv_cache_space: float | None = None  # GiB of KV cache on vLLM's CPU build; None: it fits
     enforce_eager: bool = False  # no graph compilation: a faster start, slower steps
     # OpenAI-compatible server
     base_url: str | None = None

