@@ -29,6 +29,7 @@ from evalsweep.report._numbers import fixed as _fmt
 from evalsweep.report._numbers import p_value as _p
 from evalsweep.report._numbers import signed as _signed
 from evalsweep.report._schema import ResultDocument, ResultRow, TaskSettings, document_json
+from evalsweep.report._summary import test_label
 from evalsweep.report._table import SHORT, display_names
 from evalsweep.stats import Comparison
 
@@ -272,7 +273,7 @@ def _result_cell(cell: ResultRow | None, comparison: Comparison | None) -> str:
     title = (
         f"Δ {_signed(comparison.delta)}, 95% CI [{_signed(comparison.ci_low)}, "
         f"{_signed(comparison.ci_high)}], p adjusted {_p(comparison.p_adjusted)}, "
-        f"n={comparison.n}: {comparison.verdict}"
+        f"n={comparison.n}{test_label(comparison.test)}: {comparison.verdict}"
     )
     return (
         f"<td class='num {css}' title='{_e(title)}' data-verdict='{_e(comparison.verdict)}'>"
@@ -387,7 +388,8 @@ def _forest_hover(c: Comparison, scale: float, unit: str) -> str:
         ci = f"95% CI [{low * scale:+.1f}, {high * scale:+.1f}] {unit}"
     text = (
         f"Δ {c.delta * scale:+.1f} {unit}, {ci}<br>"
-        f"p {_p(c.p_value)}, adjusted {_p(c.p_adjusted)}, n={c.n}<br>"
+        f"p {_p(c.p_value)}, adjusted {_p(c.p_adjusted)}, n={c.n}"
+        f"{html.escape(test_label(c.test))}<br>"
         f"{c.verdict}"
     )
     if c.note:

@@ -24,6 +24,7 @@ from evalsweep.tasks._base import (
     Turn,
 )
 from evalsweep.tasks.arc import ARC
+from evalsweep.tasks.boolq import BoolQ
 from evalsweep.tasks.custom import find_task_file, is_task_file, load_task_file
 from evalsweep.tasks.gsm8k import GSM8K
 from evalsweep.tasks.hellaswag import HellaSwag
@@ -31,6 +32,9 @@ from evalsweep.tasks.humaneval import HumanEval
 from evalsweep.tasks.imported import ImportedTask
 from evalsweep.tasks.mbpp import MBPP
 from evalsweep.tasks.mmlu import MMLU, SUBJECTS
+from evalsweep.tasks.piqa import PIQA
+from evalsweep.tasks.truthfulqa import TruthfulQA
+from evalsweep.tasks.winogrande import Winogrande
 
 TASKS: dict[str, Callable[[], Any]] = {
     "mmlu": MMLU,
@@ -40,6 +44,11 @@ TASKS: dict[str, Callable[[], Any]] = {
     "arc_easy": lambda: ARC("ARC-Easy"),
     "arc_challenge": lambda: ARC("ARC-Challenge"),
     "hellaswag": HellaSwag,
+    "truthfulqa_mc1": lambda: TruthfulQA("mc1"),
+    "truthfulqa_mc2": lambda: TruthfulQA("mc2"),
+    "winogrande": Winogrande,
+    "piqa": PIQA,
+    "boolq": BoolQ,
 }
 
 
