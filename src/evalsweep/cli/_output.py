@@ -111,7 +111,8 @@ def show(document: ResultDocument, as_json: bool, subjects: bool) -> None:
     if as_json:
         click.echo(document_json(document))
         return
-    print_whole(render_table(document.results, document.comparisons))
+    shots = {name: task.num_fewshot for name, task in document.settings.tasks.items()}
+    print_whole(render_table(document.results, document.comparisons, shots=shots))
     if subjects:
         print_whole(render_subject_table(document.results, document.comparisons))
     summary = render_summary(document)

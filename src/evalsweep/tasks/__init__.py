@@ -6,7 +6,8 @@ To add a benchmark, write a module with a class that satisfies the
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from evalsweep.errors import TaskError
@@ -52,6 +53,59 @@ TASKS: dict[str, Callable[[], Any]] = {
 }
 
 
+@dataclass(frozen=True)
+class Suite:
+    """A named set of tasks, each at its own few-shot count (``--tasks leaderboard``)."""
+
+    name: str
+    description: str
+    members: tuple[tuple[str, int], ...]
+    """(task name, few-shot count), in the order the suite's table is read."""
+
+
+#: Suites by name. ``leaderboard`` is the Open LLM Leaderboard (v1): its six tasks,
+#: few-shot counts and column order.
+SUITES: dict[str, Suite] = {
+    "leaderboard": Suite(
+        "leaderboard",
+        "Open LLM Leaderboard (v1)",
+        (
+            ("arc_challenge", 25),
+            ("hellaswag", 10),
+            ("mmlu", 5),
+            ("truthfulqa_mc2", 0),
+            ("winogrande", 5),
+            ("gsm8k", 5),
+        ),
+    ),
+}
+
+
+def expand_suites(names: Sequence[str], num_fewshot: int | None) -> list[tuple[str, int | None]]:
+    """Each task of ``names`` once, suites replaced by their members, with the few-shot
+    count a suite fixes (None for a task named on its own: its default or
+    ``--num-fewshot``). A task named twice runs once, where first named.
+
+    Raises:
+        TaskError: a suite together with ``num_fewshot`` (its counts are part of it).
+    """
+    out: dict[str, int | None] = {}
+    for name in names:
+        if name in SUITES:
+            suite = SUITES[name]
+            if num_fewshot is not None:
+                counts = ", ".join(f"{task} {shots}-shot" for task, shots in suite.members)
+                raise TaskError(
+                    f"--num-fewshot cannot be combined with the suite {name!r}: its tasks run "
+                    f"at their own few-shot counts ({counts})"
+                )
+            for task, shots in suite.members:
+                out.setdefault(task, shots)
+        else:
+            out.setdefault(name, None)
+    return list(out.items())
+
+
 def get_task(name: str) -> Task:
     """The task called ``name``; a :class:`TaskError` lists the known ones otherwise.
 
@@ -67,12 +121,20 @@ def get_task(name: str) -> Task:
     found = find_task_file(name)
     if found is not None:
         return load_task_file(found)
-    known = ", ".join(sorted(TASKS)) + ", mmlu_<subject>, or a task file (.yaml/.toml)"
+    known = (
+        ", ".join(sorted(TASKS))
+        + ", mmlu_<subject>, or a task file (.yaml/.toml); suites: "
+        + ", ".join(sorted(SUITES))
+    )
     raise TaskError(f"unknown task {name!r} (known tasks: {known})")
 
 
 def list_tasks() -> list[str]:
     return sorted(TASKS)
+
+
+def list_suites() -> list[Suite]:
+    return [SUITES[name] for name in sorted(SUITES)]
 
 
 __all__ = [
@@ -89,6 +151,10 @@ __all__ = [
     "TaskDefaults",
     "Turn",
     "SUBJECTS",
+    "SUITES",
+    "Suite",
+    "expand_suites",
     "get_task",
+    "list_suites",
     "list_tasks",
 ]
