@@ -689,7 +689,10 @@ def _num(value: Any) -> float:
 
 def _aggregate_name(record: dict[str, Any], task: str | None) -> str:
     level, group, metric = record.get("level"), record.get("group"), record["metric"]
-    if task in ("arc_easy", "arc_challenge", "hellaswag"):
+    if task in (
+        "arc_easy", "arc_challenge", "hellaswag", "truthfulqa_mc1", "truthfulqa_mc2", "winogrande",
+        "piqa", "boolq",
+    ):  # fmt: skip
         return f"{task} {metric}"
     if task == "gsm8k" or str(metric).startswith("exact_match"):
         return f"gsm8k {metric}"

@@ -110,3 +110,10 @@ def test_leaderboard_run_then_compare_from_the_store(
     assert shots == dict(LEADERBOARD)
     tests = {c["task"]: c["test"] for c in document["comparisons"] if c["subject"] is None}
     assert tests["truthfulqa_mc2"].startswith("sign-flip")
+
+
+def test_ray_shards_name_each_member_with_the_suites_count() -> None:
+    from evalsweep.compute._ray import spec_tasks
+
+    spec = SweepSpec(checkpoints=["a"], tasks=["piqa", "leaderboard"])
+    assert spec_tasks(spec) == {"piqa": ("piqa", None), **{n: (n, k) for n, k in LEADERBOARD}}
