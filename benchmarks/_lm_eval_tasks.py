@@ -418,6 +418,44 @@ def write_boolq_task(data_dir: Path, out_dir: Path) -> str:
     return str(cfg["task"])
 
 
+def write_bbh_tasks(data_dir: Path, out_dir: Path, form: str = "cot_fewshot") -> list[str]:
+    """Write ``local_bbh_<form>_<subtask>`` (27) and their group reading ``bbh/bbh/*.json``.
+
+    lm-eval's own YAMLs (few-shot samples, generation settings, filters), with the Hub
+    dataset replaced by each subtask's examples as JSON Lines. ``form`` is lm-eval's
+    folder: ``cot_fewshot`` (the ``bbh`` group) or ``fewshot``.
+    """
+    src = lm_eval_tasks_dir() / "bbh" / form
+    task_dir = out_dir / f"bbh_{form}"
+    task_dir.mkdir(parents=True, exist_ok=True)
+    names = []
+    for yaml_path in sorted(src.glob("[a-z]*.yaml")):
+        cfg = _load_with_includes(yaml_path)
+        subtask = cfg.pop("dataset_name")
+        assert cfg.pop("dataset_path") == "SaylorTwift/bbh", yaml_path
+        examples = json.loads((data_dir / "bbh" / "bbh" / f"{subtask}.json").read_text())
+        jsonl = out_dir / "data" / "bbh" / f"{subtask}.jsonl"
+        _write_jsonl(
+            jsonl, [{"input": e["input"], "target": e["target"]} for e in examples["examples"]]
+        )
+        cfg = {
+            **cfg,
+            "task": PREFIX + cfg["task"],
+            "dataset_path": "json",
+            "dataset_kwargs": {"data_files": {cfg["test_split"]: str(jsonl)}},
+        }
+        _dump(task_dir / f"{cfg['task']}.yaml", cfg)
+        names.append(cfg["task"])
+    group_file = "_bbh_cot_fewshot.yaml" if form == "cot_fewshot" else "_bbh_fewshot.yaml"
+    group = _load_with_includes(src / group_file)
+    assert set(group) <= GROUP_KEYS, group.keys()
+    group["group"] = PREFIX + group["group"]
+    group["task"] = _prefixed(group["task"])
+    _dump(task_dir / f"_{group['group']}.yaml", group)
+    assert len(names) == 27, len(names)
+    return names
+
+
 def write_task_dir(out_dir: Path, data_dir: Path = DEFAULT_DATA_DIR) -> Path:
     """Write all local task YAMLs and converted data under ``out_dir`` (the --include_path)."""
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -429,6 +467,8 @@ def write_task_dir(out_dir: Path, data_dir: Path = DEFAULT_DATA_DIR) -> Path:
     write_winogrande_task(data_dir.resolve(), out_dir)
     write_piqa_task(data_dir.resolve(), out_dir)
     write_boolq_task(data_dir.resolve(), out_dir)
+    write_bbh_tasks(data_dir.resolve(), out_dir, "cot_fewshot")
+    write_bbh_tasks(data_dir.resolve(), out_dir, "fewshot")
     return out_dir
 
 
@@ -694,6 +734,8 @@ def _aggregate_name(record: dict[str, Any], task: str | None) -> str:
         "piqa", "boolq",
     ):  # fmt: skip
         return f"{task} {metric}"
+    if task in ("bbh", "bbh_fewshot"):
+        return f"{task}/{group} exact_match" if level == "subject" else f"{task} exact_match"
     if task == "gsm8k" or str(metric).startswith("exact_match"):
         return f"gsm8k {metric}"
     if level == "subject":

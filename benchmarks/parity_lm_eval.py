@@ -13,6 +13,8 @@ TruthfulQA MC1/MC2, WinoGrande, PIQA and BoolQ (``--tasks truthfulqa_mc1,...``) 
 every request's log-likelihood (WinoGrande's two contexts included), the pick, and each
 per-question metric lm-eval logs (MC2's probability mass on the true answers); WinoGrande
 runs 5-shot (the Open LLM Leaderboard's count), the others 0-shot, as lm-eval's defaults.
+BIG-Bench Hard (``--tasks bbh,bbh_fewshot``, 3-shot, ``--bbh-limit`` examples of each of the
+27 subtasks) compares the generated text, the extracted answer and exact_match.
 
 Exit status 1 when MMLU agreement < 99.9 %, GSM8K response agreement < 99 %, any
 exact_match score differs, or an ARC/HellaSwag pick differs or a log-likelihood differs
@@ -73,6 +75,8 @@ SCORED_TASKS = ("truthfulqa_mc1", "truthfulqa_mc2", "winogrande", "piqa", "boolq
 #: Few-shot counts of SCORED_TASKS by default: lm-eval's (0), Winogrande at the
 #: Open LLM Leaderboard's 5.
 SCORED_FEWSHOT = {"winogrande": 5}
+#: BIG-Bench Hard: evalsweep's task name -> lm-eval's group (and subtask prefix).
+BBH_TASKS = {"bbh": "bbh_cot_fewshot", "bbh_fewshot": "bbh_fewshot"}
 #: A per-question score (MC2's mass) computed from log-likelihoods that differ in a
 #: float32 ulp may differ by about as much.
 SCORE_TOLERANCE = 1e-6
@@ -342,6 +346,64 @@ def compare_scored(
     return out
 
 
+@dataclass
+class BbhParity:
+    """Per-question BIG-Bench Hard agreement: generated text, extracted answer, exact_match."""
+
+    compared: int = 0
+    same_response: int = 0
+    same_answer: int = 0
+    same_score: int = 0
+    subjects: set[str] = field(default_factory=set)
+    missing: list[str] = field(default_factory=list)
+    disagreements: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return (
+            self.compared > 0
+            and self.same_response == self.same_answer == self.same_score == self.compared
+            and not self.missing
+        )
+
+
+def compare_bbh(
+    task: str, lm_samples: Mapping[str, list[Row]], es_rows: Sequence[Row]
+) -> BbhParity:
+    """Match by (subtask, doc_id); lm-eval logs one line per document (one filter each)."""
+    prefix = f"{PREFIX}{BBH_TASKS[task]}_"
+    lm: dict[tuple[str, int], Row] = {}
+    for name, rows in lm_samples.items():
+        if name.startswith(prefix):
+            lm.update({(name.removeprefix(prefix), int(row["doc_id"])): row for row in rows})
+    es = {(row["subject"], int(row["doc_id"])): row for row in es_rows if row["task"] == task}
+    out = BbhParity()
+    out.missing = [f"{s}/{d} (evalsweep)" for s, d in sorted(lm.keys() - es.keys())]
+    out.missing += [f"{s}/{d} (lm-eval)" for s, d in sorted(es.keys() - lm.keys())]
+    key = "exact_match,get-answer" if task == "bbh" else "exact_match"
+    for subject, doc_id in sorted(lm.keys() & es.keys()):
+        theirs, mine = lm[(subject, doc_id)], es[(subject, doc_id)]
+        out.compared += 1
+        out.subjects.add(subject)
+        response = theirs["resps"][0][0]
+        filtered = theirs["filtered_resps"][0]
+        answer = mine["filtered"]["get-answer"] if task == "bbh" else mine["response"]
+        same = (
+            response == mine["response"],
+            filtered == answer,
+            float(theirs["exact_match"]) == float(mine["metrics"][key]),
+        )
+        out.same_response += same[0]
+        out.same_answer += same[1]
+        out.same_score += same[2]
+        if not all(same):
+            out.disagreements.append(
+                f"{task}/{subject}/{doc_id}: response {_first_diff(response, mine['response'])}; "
+                f"answer {filtered!r} vs {answer!r}"
+            )
+    return out
+
+
 def compare_requests(
     lm_samples: Mapping[str, list[Row]],
     tasks: Sequence[str],
@@ -363,6 +425,9 @@ def compare_requests(
         bare = name.removeprefix(PREFIX)
         task = bare if bare in ("gsm8k", *CHOICE_TASKS, *SCORED_TASKS) else "mmlu"
         subject = name.removeprefix(f"{PREFIX}mmlu_") if task == "mmlu" else ""
+        for mine, theirs in BBH_TASKS.items():
+            if bare.startswith(theirs + "_"):
+                task, subject = mine, bare.removeprefix(theirs + "_")
         for row in rows:
             lm.setdefault((task, subject, int(row["doc_id"])), row)
     out: dict[str, tuple[int, int, list[str]]] = {}
@@ -440,6 +505,25 @@ def lm_eval_aggregates(results: Mapping[str, Any]) -> dict[str, tuple[float, flo
                     _figure(entry[f"{metric}_stderr,none"]),
                     n,
                 )
+        elif name.removeprefix(PREFIX) in BBH_TASKS.values():
+            mine = next(k for k, v in BBH_TASKS.items() if v == name.removeprefix(PREFIX))
+            metric = "exact_match,get-answer" if mine == "bbh" else "exact_match,none"
+            out[f"{mine} exact_match"] = (
+                _figure(entry[metric]),
+                _figure(entry[metric.replace(",", "_stderr,")]),
+                n,
+            )
+        elif any(name.startswith(f"{PREFIX}{v}_") for v in BBH_TASKS.values()):
+            mine, group = next(
+                (k, v) for k, v in BBH_TASKS.items() if name.startswith(f"{PREFIX}{v}_")
+            )
+            metric = "exact_match,get-answer" if mine == "bbh" else "exact_match,none"
+            subject = name.removeprefix(f"{PREFIX}{group}_")
+            out[f"{mine}/{subject} exact_match"] = (
+                _figure(entry[metric]),
+                _figure(entry[metric.replace(",", "_stderr,")]),
+                n,
+            )
         elif name == f"{PREFIX}mmlu":
             out["mmlu"] = (_figure(entry["acc,none"]), _figure(entry["acc_stderr,none"]), n)
         elif name.startswith(f"{PREFIX}mmlu_") and "acc,none" in entry:
@@ -459,7 +543,7 @@ def print_aggregates(lm: Aggregates, es: Aggregates) -> list[str]:
     """Print both harnesses' aggregates side by side; return the names whose figures differ."""
     print(f"\n{'aggregate':<40} {'lm-eval':>17} {'evalsweep':>17}  same")
     differ = []
-    first = ("mmlu", "gsm8k", *CHOICE_TASKS, *SCORED_TASKS)
+    first = ("mmlu", "gsm8k", *CHOICE_TASKS, *SCORED_TASKS, *BBH_TASKS)
     for name in sorted(lm, key=lambda k: (not k.startswith(first), k)):
         lv, ls, _ = lm[name]
         mine = es.get(name)
@@ -505,6 +589,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     )
     parser.add_argument(
         "--scored-limit", type=int, default=100, help=f"{', '.join(SCORED_TASKS)}: first N"
+    )
+    parser.add_argument(
+        "--bbh-limit", type=int, default=5, help="bbh, bbh_fewshot: first N of each subtask"
     )
     parser.add_argument(
         "--scored-fewshot",
@@ -657,6 +744,8 @@ def run_parity(args: argparse.Namespace, work: Path) -> tuple[bool, list[str], d
     shots = {"mmlu": args.num_fewshot, "gsm8k": args.num_fewshot}
     shots.update(dict.fromkeys(CHOICE_TASKS, args.choice_fewshot))
     limits.update(dict.fromkeys(SCORED_TASKS, args.scored_limit))
+    limits.update(dict.fromkeys(BBH_TASKS, args.bbh_limit))
+    shots.update(dict.fromkeys(BBH_TASKS, 3))
     shots.update(dict.fromkeys(SCORED_TASKS, 0))
     for item in filter(None, args.scored_fewshot.split(",")):
         name, _, count = item.partition("=")
@@ -670,7 +759,7 @@ def run_parity(args: argparse.Namespace, work: Path) -> tuple[bool, list[str], d
         # One process per task and harness: the tasks take different --limit values.
         lm_out = work / f"lm_eval-{task}"
         cmd = lm_eval_command(
-            ckpt, PREFIX + task, include, lm_out, limit=limits[task],
+            ckpt, PREFIX + BBH_TASKS.get(task, task), include, lm_out, limit=limits[task],
             num_fewshot=shots[task], batch_size=args.lm_eval_batch_size, dtype=args.dtype,
             softmax_dtype=args.lm_eval_softmax_dtype,
         )  # fmt: skip
@@ -755,6 +844,19 @@ def run_parity(args: argparse.Namespace, work: Path) -> tuple[bool, list[str], d
             say(f"   {line}")
         failed |= not scored.ok
         stats[task] = f"{scored.same_pick}/{scored.compared}"
+    for task in (t for t in tasks if t in BBH_TASKS):
+        bbh = compare_bbh(task, lm_samples, es_rows)
+        say(
+            f"{task.upper()} (3-shot, {len(bbh.subjects)} subtasks) response text identical "
+            f"{bbh.same_response}/{bbh.compared}, extracted answer identical "
+            f"{bbh.same_answer}/{bbh.compared}, exact_match identical {bbh.same_score}/"
+            f"{bbh.compared}; missing {len(bbh.missing)}; "
+            f"{len({r['response'] for r in es_rows if r['task'] == task})} distinct responses"
+        )
+        for line in (bbh.missing + bbh.disagreements)[: args.show]:
+            say(f"   {line}")
+        failed |= not bbh.ok
+        stats[task] = f"{bbh.same_response}/{bbh.compared}"
     if "gsm8k" in tasks:
         gsm = compare_gsm8k(lm_samples, es_rows)
         say(
@@ -775,7 +877,7 @@ def run_parity(args: argparse.Namespace, work: Path) -> tuple[bool, list[str], d
     lm_agg = lm_eval_aggregates(lm_results)
     differ = print_aggregates(lm_agg, es_aggregates)
     gsm_differ = [
-        k for k in lm_agg if k.startswith(("gsm8k", *CHOICE_TASKS, *SCORED_TASKS))
+        k for k in lm_agg if k.startswith(("gsm8k", *CHOICE_TASKS, *SCORED_TASKS, *BBH_TASKS))
         and k in es_aggregates
         and not math.isclose(lm_agg[k][0], es_aggregates[k][0], abs_tol=1e-9)
     ]  # fmt: skip
@@ -804,7 +906,8 @@ def results_section(args: argparse.Namespace, summary: Sequence[str]) -> str:
         f"{args.evalsweep_batch_size or 'default'}. ARC and HellaSwag: first "
         f"{args.choice_limit} questions, {args.choice_fewshot}-shot. "
         f"{', '.join(SCORED_TASKS)}: first {args.scored_limit} questions, few-shot "
-        f"{args.scored_fewshot or 'none'} (the others 0). Tasks: {args.tasks}."
+        f"{args.scored_fewshot or 'none'} (the others 0). BIG-Bench Hard: first "
+        f"{args.bbh_limit} examples of each of the 27 subtasks, 3-shot. Tasks: {args.tasks}."
     )
     return "\n".join(
         [

@@ -25,6 +25,8 @@ from evalsweep.tasks._base import (
     Turn,
 )
 from evalsweep.tasks.arc import ARC
+from evalsweep.tasks.bbh import BBH
+from evalsweep.tasks.bbh import SUBTASKS as BBH_SUBTASKS
 from evalsweep.tasks.boolq import BoolQ
 from evalsweep.tasks.custom import find_task_file, is_task_file, load_task_file
 from evalsweep.tasks.gsm8k import GSM8K
@@ -50,6 +52,8 @@ TASKS: dict[str, Callable[[], Any]] = {
     "winogrande": Winogrande,
     "piqa": PIQA,
     "boolq": BoolQ,
+    "bbh": lambda: BBH("cot"),
+    "bbh_fewshot": lambda: BBH("plain"),
 }
 
 
@@ -114,6 +118,8 @@ def get_task(name: str) -> Task:
     """
     if name.startswith("mmlu_") and name[5:] in SUBJECTS:
         return MMLU(subjects=[name[5:]], name=name)
+    if name.startswith("bbh_") and name[4:] in BBH_SUBTASKS:
+        return BBH("cot", subtasks=[name[4:]], name=name)
     if is_task_file(name):
         return load_task_file(name)
     if name in TASKS:
@@ -123,7 +129,7 @@ def get_task(name: str) -> Task:
         return load_task_file(found)
     known = (
         ", ".join(sorted(TASKS))
-        + ", mmlu_<subject>, or a task file (.yaml/.toml); suites: "
+        + ", mmlu_<subject>, bbh_<subtask>, or a task file (.yaml/.toml); suites: "
         + ", ".join(sorted(SUITES))
     )
     raise TaskError(f"unknown task {name!r} (known tasks: {known})")
