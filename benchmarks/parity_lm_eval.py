@@ -539,6 +539,12 @@ CATEGORY_NAMES = ("stem", "other", "social_sciences", "humanities")
 Aggregates = Mapping[str, tuple[float, float, int]]
 
 
+def aggregate_tolerance(name: str) -> float:
+    """Aggregates of 0/1 scores agree exactly; TruthfulQA MC2's mean of continuous masses,
+    made from log-likelihoods a float32 ulp apart, within SCORE_TOLERANCE."""
+    return SCORE_TOLERANCE if name.startswith("truthfulqa_mc2") else 1e-9
+
+
 def print_aggregates(lm: Aggregates, es: Aggregates) -> list[str]:
     """Print both harnesses' aggregates side by side; return the names whose figures differ."""
     print(f"\n{'aggregate':<40} {'lm-eval':>17} {'evalsweep':>17}  same")
@@ -551,10 +557,11 @@ def print_aggregates(lm: Aggregates, es: Aggregates) -> list[str]:
             print(f"{name:<40} {lv:>8.4f}±{ls:<8.4f} {'-':>17}  ?")
             continue
         ev, estd = mine[0], mine[1]
-        same = math.isclose(lv, ev, abs_tol=1e-9) and (
-            (math.isnan(ls) and math.isnan(estd)) or math.isclose(ls, estd, abs_tol=1e-9)
+        tol = aggregate_tolerance(name)
+        same = math.isclose(lv, ev, abs_tol=tol) and (
+            (math.isnan(ls) and math.isnan(estd)) or math.isclose(ls, estd, abs_tol=tol)
         )
-        mark = "yes" if same else "NO"
+        mark = ("yes" if tol <= 1e-9 else f"yes (±{tol:g})") if same else "NO"
         print(f"{name:<40} {lv:>8.4f}±{ls:<8.4f} {ev:>8.4f}±{estd:<8.4f}  {mark}")
         if not same:
             differ.append(f"{name}: lm-eval {lv!r} ± {ls!r}, evalsweep {ev!r} ± {estd!r}")
@@ -879,7 +886,7 @@ def run_parity(args: argparse.Namespace, work: Path) -> tuple[bool, list[str], d
     gsm_differ = [
         k for k in lm_agg if k.startswith(("gsm8k", *CHOICE_TASKS, *SCORED_TASKS, *BBH_TASKS))
         and k in es_aggregates
-        and not math.isclose(lm_agg[k][0], es_aggregates[k][0], abs_tol=1e-9)
+        and not math.isclose(lm_agg[k][0], es_aggregates[k][0], abs_tol=aggregate_tolerance(k))
     ]  # fmt: skip
     failed |= bool(gsm_differ)
     print()

@@ -160,3 +160,12 @@ def test_run_compares_checkpoints_per_subtask(
     assert subjects == set(SUBTASKS)
     rows = {(c["task"], c["subject"]) for c in document["comparisons"]}
     assert ("bbh_fewshot", None) in rows and ("bbh_fewshot", "navigate") in rows
+    html = tmp_path / "report.html"
+    report = run_cli(
+        ["report", str(gpt2_a), str(gpt2_b), "--tasks", "bbh_fewshot", "--store",
+         str(tmp_path / "s.db"), "--html", str(html)],
+        env=cli_env,
+    )  # fmt: skip
+    assert report.returncode == 0, report.stderr
+    text = html.read_text(encoding="utf-8")
+    assert "bbh_fewshot" in text and "tracking_shuffled_objects_seven_objects" in text

@@ -371,8 +371,8 @@ def _forest_section(view: _View, figures: _Figures, go: ModuleType) -> str:
     figure.update_annotations(font=dict(size=13))
     body = (
         "<p class='help'>Each point is a candidate's paired difference from the baseline with "
-        "its 95% confidence interval, per task and per MMLU subject. Filled diamonds are "
-        "significant after multiplicity adjustment.</p>"
+        "its 95% confidence interval, per task and per subject (MMLU, BIG-Bench Hard). "
+        "Filled diamonds are significant after multiplicity adjustment.</p>"
         "<p class='legend'><span class='regression'>◆ regression</span>"
         "<span class='improvement'>◆ improvement</span>"
         "<span class='same'>● no significant change</span>"
