@@ -33,7 +33,7 @@ pytestmark = pytest.mark.integration  # lm-eval is the reference
 @pytest.fixture(scope="module")
 def lm_eval_tasks(tmp_path_factory: pytest.TempPathFactory, data_dir: Path) -> dict[str, Any]:
     """lm-eval's task objects for the five tasks, reading the test slices."""
-    from lm_eval.tasks import TaskManager, get_task_dict
+    from lm_eval.tasks import TaskManager
 
     import _lm_eval_tasks as local
 
@@ -44,7 +44,7 @@ def lm_eval_tasks(tmp_path_factory: pytest.TempPathFactory, data_dir: Path) -> d
     local.write_boolq_task(data_dir, out)
     manager = TaskManager(include_path=str(out), include_defaults=False)
     names = [local.PREFIX + name for name in NEW_TASKS]
-    tasks = get_task_dict(names, manager)
+    tasks = manager.load(names)["tasks"]
     return {name.removeprefix(local.PREFIX): tasks[name] for name in names}
 
 
