@@ -281,6 +281,181 @@ def write_hellaswag_task(data_dir: Path, out_dir: Path) -> str:
     return f"{PREFIX}hellaswag"
 
 
+def _edit_yaml_text(text: str, replacements: dict[str, str], source: Path) -> str:
+    """Apply exact one-time replacements to an lm-eval YAML kept as text (it has tags
+    such as ``!function`` that a round trip through a YAML library would lose)."""
+    for old, new in replacements.items():
+        assert text.count(old) == 1, f"lm-eval's {source} changed: {old!r}"
+        text = text.replace(old, new)
+    return text
+
+
+def _data_files_yaml(files: dict[str, Path]) -> str:
+    lines = "".join(f"    {split}: {json.dumps(str(path))}\n" for split, path in files.items())
+    return f"dataset_path: json\ndataset_kwargs:\n  data_files:\n{lines}"
+
+
+def write_truthfulqa_tasks(data_dir: Path, out_dir: Path) -> list[str]:
+    """Write ``local_truthfulqa_mc1`` and ``local_truthfulqa_mc2`` reading ``mc_task.json``.
+
+    lm-eval's YAMLs and ``utils.py`` (``process_results_mc2``), with the Hub dataset
+    replaced by the local questions in the Hub's schema (evalsweep's own reader).
+    """
+    import shutil
+
+    from evalsweep.tasks.truthfulqa import read_mc_task
+
+    src = lm_eval_tasks_dir() / "truthfulqa"
+    task_dir = out_dir / "truthfulqa"
+    task_dir.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(src / "utils.py", task_dir / "utils.py")
+    jsonl = out_dir / "data" / "truthfulqa" / "validation.jsonl"
+    _write_jsonl(jsonl, read_mc_task(data_dir / "truthfulqa" / "mc_task.json"))
+    mc1 = _edit_yaml_text(
+        (src / "truthfulqa_mc1.yaml").read_text(encoding="utf-8"),
+        {
+            "  - truthfulqa\n": f"  - {PREFIX}truthfulqa\n",
+            "task: truthfulqa_mc1\n": f"task: {PREFIX}truthfulqa_mc1\n",
+            "dataset_path: truthfulqa/truthful_qa\n": _data_files_yaml({"validation": jsonl}),
+            "dataset_name: multiple_choice\n": "",
+        },
+        src / "truthfulqa_mc1.yaml",
+    )
+    (task_dir / f"{PREFIX}truthfulqa_mc1.yaml").write_text(mc1, encoding="utf-8")
+    mc2 = _edit_yaml_text(
+        (src / "truthfulqa_mc2.yaml").read_text(encoding="utf-8"),
+        {
+            "include: truthfulqa_mc1.yaml\n": f"include: {PREFIX}truthfulqa_mc1.yaml\n",
+            "task: truthfulqa_mc2\n": f"task: {PREFIX}truthfulqa_mc2\n",
+        },
+        src / "truthfulqa_mc2.yaml",
+    )
+    (task_dir / f"{PREFIX}truthfulqa_mc2.yaml").write_text(mc2, encoding="utf-8")
+    return [f"{PREFIX}truthfulqa_mc1", f"{PREFIX}truthfulqa_mc2"]
+
+
+def write_winogrande_task(data_dir: Path, out_dir: Path) -> str:
+    """Write ``local_winogrande``: lm-eval's YAML and functions reading ``dev.jsonl``.
+
+    The local data has no train split, so ``training_split`` is unset and lm-eval
+    draws few-shot examples from validation, leaving the document out, as evalsweep
+    does locally.
+    """
+    import shutil
+
+    src = lm_eval_tasks_dir() / "winogrande"
+    task_dir = out_dir / "winogrande"
+    task_dir.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(src / "preprocess_winogrande.py", task_dir / "preprocess_winogrande.py")
+    jsonl = out_dir / "data" / "winogrande" / "validation.jsonl"
+    rows = [value for _, value in read_values(data_dir / "winogrande" / "dev.jsonl")]
+    _write_jsonl(jsonl, rows)
+    text = _edit_yaml_text(
+        (src / "default.yaml").read_text(encoding="utf-8"),
+        {
+            "task: winogrande\n": f"task: {PREFIX}winogrande\n",
+            "dataset_path: allenai/winogrande\n": _data_files_yaml({"validation": jsonl}),
+            "dataset_name: winogrande_xl\n": "",
+            "training_split: train\n": "training_split: null\n",
+        },
+        src / "default.yaml",
+    )
+    (task_dir / f"{PREFIX}winogrande.yaml").write_text(text, encoding="utf-8")
+    return f"{PREFIX}winogrande"
+
+
+def write_piqa_task(data_dir: Path, out_dir: Path) -> str:
+    """Write ``local_piqa``: lm-eval's YAML reading ``valid.jsonl`` with its labels file
+    (rows ``{goal, sol1, sol2, label}``, the Hub's schema); no train split locally."""
+    cfg = _load_with_includes(lm_eval_tasks_dir() / "piqa" / "piqa.yaml")
+    assert cfg.pop("dataset_path") == "baber/piqa"
+    assert cfg.pop("dataset_name") is None
+    folder = data_dir / "piqa"
+    labels = (folder / "valid-labels.lst").read_text(encoding="utf-8").split()
+    rows = [
+        {"goal": row["goal"], "sol1": row["sol1"], "sol2": row["sol2"], "label": int(label)}
+        for (_, row), label in zip(read_values(folder / "valid.jsonl"), labels, strict=True)
+    ]
+    jsonl = out_dir / "data" / "piqa" / "validation.jsonl"
+    _write_jsonl(jsonl, rows)
+    cfg = {
+        **cfg,
+        "task": PREFIX + cfg["task"],
+        "dataset_path": "json",
+        "dataset_kwargs": {"data_files": {"validation": str(jsonl)}},
+        "training_split": None,
+    }
+    task_dir = out_dir / "piqa"
+    task_dir.mkdir(parents=True, exist_ok=True)
+    _dump(task_dir / f"{cfg['task']}.yaml", cfg)
+    return str(cfg["task"])
+
+
+def write_boolq_task(data_dir: Path, out_dir: Path) -> str:
+    """Write ``local_boolq``: lm-eval's ``super_glue/boolq`` YAML reading Google's
+    ``dev.jsonl`` as SuperGLUE's rows (``passage = title + " -- " + passage``)."""
+    cfg = _load_with_includes(lm_eval_tasks_dir() / "super_glue" / "boolq" / "default.yaml")
+    assert cfg.pop("dataset_path") == "aps/super_glue"
+    assert cfg.pop("dataset_name") == "boolq"
+    rows = [
+        {"question": row["question"], "passage": f"{row['title']} -- {row['passage']}",
+         "idx": index, "label": int(row["answer"])}
+        for index, (_, row) in enumerate(read_values(data_dir / "boolq" / "dev.jsonl"))
+    ]  # fmt: skip
+    jsonl = out_dir / "data" / "boolq" / "validation.jsonl"
+    _write_jsonl(jsonl, rows)
+    cfg = {
+        **cfg,
+        "task": PREFIX + cfg["task"],
+        "tag": _prefixed(cfg["tag"]),
+        "dataset_path": "json",
+        "dataset_kwargs": {"data_files": {"validation": str(jsonl)}},
+        "training_split": None,
+    }
+    task_dir = out_dir / "boolq"
+    task_dir.mkdir(parents=True, exist_ok=True)
+    _dump(task_dir / f"{cfg['task']}.yaml", cfg)
+    return str(cfg["task"])
+
+
+def write_bbh_tasks(data_dir: Path, out_dir: Path, form: str = "cot_fewshot") -> list[str]:
+    """Write ``local_bbh_<form>_<subtask>`` (27) and their group reading ``bbh/bbh/*.json``.
+
+    lm-eval's own YAMLs (few-shot samples, generation settings, filters), with the Hub
+    dataset replaced by each subtask's examples as JSON Lines. ``form`` is lm-eval's
+    folder: ``cot_fewshot`` (the ``bbh`` group) or ``fewshot``.
+    """
+    src = lm_eval_tasks_dir() / "bbh" / form
+    task_dir = out_dir / f"bbh_{form}"
+    task_dir.mkdir(parents=True, exist_ok=True)
+    names = []
+    for yaml_path in sorted(src.glob("[a-z]*.yaml")):
+        cfg = _load_with_includes(yaml_path)
+        subtask = cfg.pop("dataset_name")
+        assert cfg.pop("dataset_path") == "SaylorTwift/bbh", yaml_path
+        examples = json.loads((data_dir / "bbh" / "bbh" / f"{subtask}.json").read_text())
+        jsonl = out_dir / "data" / "bbh" / f"{subtask}.jsonl"
+        _write_jsonl(
+            jsonl, [{"input": e["input"], "target": e["target"]} for e in examples["examples"]]
+        )
+        cfg = {
+            **cfg,
+            "task": PREFIX + cfg["task"],
+            "dataset_path": "json",
+            "dataset_kwargs": {"data_files": {cfg["test_split"]: str(jsonl)}},
+        }
+        _dump(task_dir / f"{cfg['task']}.yaml", cfg)
+        names.append(cfg["task"])
+    group_file = "_bbh_cot_fewshot.yaml" if form == "cot_fewshot" else "_bbh_fewshot.yaml"
+    group = _load_with_includes(src / group_file)
+    assert set(group) <= GROUP_KEYS, group.keys()
+    group["group"] = PREFIX + group["group"]
+    group["task"] = _prefixed(group["task"])
+    _dump(task_dir / f"_{group['group']}.yaml", group)
+    assert len(names) == 27, len(names)
+    return names
+
+
 def write_task_dir(out_dir: Path, data_dir: Path = DEFAULT_DATA_DIR) -> Path:
     """Write all local task YAMLs and converted data under ``out_dir`` (the --include_path)."""
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -288,6 +463,12 @@ def write_task_dir(out_dir: Path, data_dir: Path = DEFAULT_DATA_DIR) -> Path:
     write_gsm8k_task(data_dir.resolve(), out_dir)
     write_arc_tasks(data_dir.resolve(), out_dir)
     write_hellaswag_task(data_dir.resolve(), out_dir)
+    write_truthfulqa_tasks(data_dir.resolve(), out_dir)
+    write_winogrande_task(data_dir.resolve(), out_dir)
+    write_piqa_task(data_dir.resolve(), out_dir)
+    write_boolq_task(data_dir.resolve(), out_dir)
+    write_bbh_tasks(data_dir.resolve(), out_dir, "cot_fewshot")
+    write_bbh_tasks(data_dir.resolve(), out_dir, "fewshot")
     return out_dir
 
 
@@ -548,8 +729,13 @@ def _num(value: Any) -> float:
 
 def _aggregate_name(record: dict[str, Any], task: str | None) -> str:
     level, group, metric = record.get("level"), record.get("group"), record["metric"]
-    if task in ("arc_easy", "arc_challenge", "hellaswag"):
+    if task in (
+        "arc_easy", "arc_challenge", "hellaswag", "truthfulqa_mc1", "truthfulqa_mc2", "winogrande",
+        "piqa", "boolq",
+    ):  # fmt: skip
         return f"{task} {metric}"
+    if task in ("bbh", "bbh_fewshot"):
+        return f"{task}/{group} exact_match" if level == "subject" else f"{task} exact_match"
     if task == "gsm8k" or str(metric).startswith("exact_match"):
         return f"gsm8k {metric}"
     if level == "subject":

@@ -9,6 +9,12 @@ YAMLs with only the dataset source changed (see ``_lm_eval_tasks.py``).
 
 ARC and HellaSwag (``--tasks arc_easy,arc_challenge,hellaswag``) compare, per question,
 the choice picked under acc and under acc_norm and every choice's log-likelihood.
+TruthfulQA MC1/MC2, WinoGrande, PIQA and BoolQ (``--tasks truthfulqa_mc1,...``) compare
+every request's log-likelihood (WinoGrande's two contexts included), the pick, and each
+per-question metric lm-eval logs (MC2's probability mass on the true answers); WinoGrande
+runs 5-shot (the Open LLM Leaderboard's count), the others 0-shot, as lm-eval's defaults.
+BIG-Bench Hard (``--tasks bbh,bbh_fewshot``, 3-shot, ``--bbh-limit`` examples of each of the
+27 subtasks) compares the generated text, the extracted answer and exact_match.
 
 Exit status 1 when MMLU agreement < 99.9 %, GSM8K response agreement < 99 %, any
 exact_match score differs, or an ARC/HellaSwag pick differs or a log-likelihood differs
@@ -63,6 +69,17 @@ from evalsweep.demo._matrix import MODEL_TYPES, VARIANTS  # noqa: E402
 MATRIX_TYPES = tuple(dict.fromkeys(("gpt2", "llama", *MODEL_TYPES, *VARIANTS)))
 LETTERS = "ABCD"
 CHOICE_TASKS = ("arc_easy", "arc_challenge", "hellaswag")
+#: Tasks compared per question on every request's log-likelihood, the pick and the
+#: per-question metrics (TruthfulQA MC2's probability mass on the true answers included).
+SCORED_TASKS = ("truthfulqa_mc1", "truthfulqa_mc2", "winogrande", "piqa", "boolq")
+#: Few-shot counts of SCORED_TASKS by default: lm-eval's (0), Winogrande at the
+#: Open LLM Leaderboard's 5.
+SCORED_FEWSHOT = {"winogrande": 5}
+#: BIG-Bench Hard: evalsweep's task name -> lm-eval's group (and subtask prefix).
+BBH_TASKS = {"bbh": "bbh_cot_fewshot", "bbh_fewshot": "bbh_fewshot"}
+#: A per-question score (MC2's mass) computed from log-likelihoods that differ in a
+#: float32 ulp may differ by about as much.
+SCORE_TOLERANCE = 1e-6
 CHOICE_THRESHOLD = 1.0
 #: Log-likelihoods agree within 1e-5 relative: sums of ~100 float32 log-probabilities
 #: of magnitude 100-500 differ by a float32 ulp or two (1.5e-5 to 6e-5 absolute) between
@@ -266,6 +283,127 @@ def compare_choice(
     return out
 
 
+@dataclass
+class ScoredParity:
+    """Per-question agreement on a task of SCORED_TASKS."""
+
+    compared: int = 0
+    same_pick: int = 0
+    same_metrics: int = 0
+    ll_over_tolerance: int = 0
+    ll_over_abs: int = 0
+    max_abs_ll_diff: float = 0.0
+    max_rel_ll_diff: float = 0.0
+    max_score_diff: float = 0.0
+    missing: list[str] = field(default_factory=list)
+    disagreements: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return (
+            self.compared > 0
+            and self.same_pick == self.same_metrics == self.compared
+            and self.ll_over_tolerance == 0
+            and not self.missing
+        )
+
+
+def compare_scored(
+    task: str, lm_samples: Mapping[str, list[Row]], es_rows: Sequence[Row]
+) -> ScoredParity:
+    """Match by doc_id; compare every request's log-likelihood, the pick (first maximum),
+    and each per-question metric lm-eval logged (within SCORE_TOLERANCE)."""
+    lm = {int(row["doc_id"]): row for row in lm_samples.get(PREFIX + task, [])}
+    es = {int(row["doc_id"]): row for row in es_rows if row["task"] == task}
+    out = ScoredParity()
+    out.missing = [f"{d} (evalsweep)" for d in sorted(lm.keys() - es.keys())]
+    out.missing += [f"{d} (lm-eval)" for d in sorted(es.keys() - lm.keys())]
+    for doc_id in sorted(lm.keys() & es.keys()):
+        theirs, mine = lm[doc_id], es[doc_id]
+        lm_lls = [float(resp[0][0]) for resp in theirs["resps"]]
+        es_lls = [float(x) for x in mine["logprobs"]]
+        diffs = [abs(a - b) for a, b in zip(lm_lls, es_lls, strict=True)]
+        relative = max(d / max(1.0, abs(a)) for d, a in zip(diffs, lm_lls, strict=True))
+        out.max_abs_ll_diff = max(out.max_abs_ll_diff, *diffs)
+        out.max_rel_ll_diff = max(out.max_rel_ll_diff, relative)
+        out.ll_over_tolerance += relative > LL_TOLERANCE
+        out.ll_over_abs += max(diffs) > 1e-4
+        out.compared += 1
+        same_pick = first_argmax(lm_lls) == mine["pred"]
+        out.same_pick += same_pick
+        score_diff = max(
+            abs(float(theirs[key]) - float(value)) for key, value in mine["metrics"].items()
+        )
+        out.max_score_diff = max(out.max_score_diff, score_diff)
+        same = set(mine["metrics"]) <= set(theirs) and score_diff <= SCORE_TOLERANCE
+        out.same_metrics += same
+        if not (same and same_pick) or relative > LL_TOLERANCE:
+            out.disagreements.append(
+                f"{task}/{doc_id}: lm-eval pick {first_argmax(lm_lls)} "
+                f"{ {k: theirs.get(k) for k in mine['metrics']} }; evalsweep {mine['pred']} "
+                f"{mine['metrics']}; max |d loglik| {max(diffs):.2e}"
+            )
+    return out
+
+
+@dataclass
+class BbhParity:
+    """Per-question BIG-Bench Hard agreement: generated text, extracted answer, exact_match."""
+
+    compared: int = 0
+    same_response: int = 0
+    same_answer: int = 0
+    same_score: int = 0
+    subjects: set[str] = field(default_factory=set)
+    missing: list[str] = field(default_factory=list)
+    disagreements: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return (
+            self.compared > 0
+            and self.same_response == self.same_answer == self.same_score == self.compared
+            and not self.missing
+        )
+
+
+def compare_bbh(
+    task: str, lm_samples: Mapping[str, list[Row]], es_rows: Sequence[Row]
+) -> BbhParity:
+    """Match by (subtask, doc_id); lm-eval logs one line per document (one filter each)."""
+    prefix = f"{PREFIX}{BBH_TASKS[task]}_"
+    lm: dict[tuple[str, int], Row] = {}
+    for name, rows in lm_samples.items():
+        if name.startswith(prefix):
+            lm.update({(name.removeprefix(prefix), int(row["doc_id"])): row for row in rows})
+    es = {(row["subject"], int(row["doc_id"])): row for row in es_rows if row["task"] == task}
+    out = BbhParity()
+    out.missing = [f"{s}/{d} (evalsweep)" for s, d in sorted(lm.keys() - es.keys())]
+    out.missing += [f"{s}/{d} (lm-eval)" for s, d in sorted(es.keys() - lm.keys())]
+    key = "exact_match,get-answer" if task == "bbh" else "exact_match"
+    for subject, doc_id in sorted(lm.keys() & es.keys()):
+        theirs, mine = lm[(subject, doc_id)], es[(subject, doc_id)]
+        out.compared += 1
+        out.subjects.add(subject)
+        response = theirs["resps"][0][0]
+        filtered = theirs["filtered_resps"][0]
+        answer = mine["filtered"]["get-answer"] if task == "bbh" else mine["response"]
+        same = (
+            response == mine["response"],
+            filtered == answer,
+            float(theirs["exact_match"]) == float(mine["metrics"][key]),
+        )
+        out.same_response += same[0]
+        out.same_answer += same[1]
+        out.same_score += same[2]
+        if not all(same):
+            out.disagreements.append(
+                f"{task}/{subject}/{doc_id}: response {_first_diff(response, mine['response'])}; "
+                f"answer {filtered!r} vs {answer!r}"
+            )
+    return out
+
+
 def compare_requests(
     lm_samples: Mapping[str, list[Row]],
     tasks: Sequence[str],
@@ -285,8 +423,11 @@ def compare_requests(
     lm: dict[tuple[str, str, int], Row] = {}
     for name, rows in lm_samples.items():
         bare = name.removeprefix(PREFIX)
-        task = bare if bare in ("gsm8k", *CHOICE_TASKS) else "mmlu"
+        task = bare if bare in ("gsm8k", *CHOICE_TASKS, *SCORED_TASKS) else "mmlu"
         subject = name.removeprefix(f"{PREFIX}mmlu_") if task == "mmlu" else ""
+        for mine, theirs in BBH_TASKS.items():
+            if bare.startswith(theirs + "_"):
+                task, subject = mine, bare.removeprefix(theirs + "_")
         for row in rows:
             lm.setdefault((task, subject, int(row["doc_id"])), row)
     out: dict[str, tuple[int, int, list[str]]] = {}
@@ -357,13 +498,32 @@ def lm_eval_aggregates(results: Mapping[str, Any]) -> dict[str, tuple[float, flo
                     _figure(entry[f"exact_match_stderr,{f}"]),
                     n,
                 )
-        elif name.removeprefix(PREFIX) in CHOICE_TASKS:
-            for metric in ("acc", "acc_norm"):
+        elif name.removeprefix(PREFIX) in (*CHOICE_TASKS, *SCORED_TASKS):
+            for metric in (m for m in ("acc", "acc_norm") if f"{m},none" in entry):
                 out[f"{name.removeprefix(PREFIX)} {metric}"] = (
                     _figure(entry[f"{metric},none"]),
                     _figure(entry[f"{metric}_stderr,none"]),
                     n,
                 )
+        elif name.removeprefix(PREFIX) in BBH_TASKS.values():
+            mine = next(k for k, v in BBH_TASKS.items() if v == name.removeprefix(PREFIX))
+            metric = "exact_match,get-answer" if mine == "bbh" else "exact_match,none"
+            out[f"{mine} exact_match"] = (
+                _figure(entry[metric]),
+                _figure(entry[metric.replace(",", "_stderr,")]),
+                n,
+            )
+        elif any(name.startswith(f"{PREFIX}{v}_") for v in BBH_TASKS.values()):
+            mine, group = next(
+                (k, v) for k, v in BBH_TASKS.items() if name.startswith(f"{PREFIX}{v}_")
+            )
+            metric = "exact_match,get-answer" if mine == "bbh" else "exact_match,none"
+            subject = name.removeprefix(f"{PREFIX}{group}_")
+            out[f"{mine}/{subject} exact_match"] = (
+                _figure(entry[metric]),
+                _figure(entry[metric.replace(",", "_stderr,")]),
+                n,
+            )
         elif name == f"{PREFIX}mmlu":
             out["mmlu"] = (_figure(entry["acc,none"]), _figure(entry["acc_stderr,none"]), n)
         elif name.startswith(f"{PREFIX}mmlu_") and "acc,none" in entry:
@@ -379,21 +539,29 @@ CATEGORY_NAMES = ("stem", "other", "social_sciences", "humanities")
 Aggregates = Mapping[str, tuple[float, float, int]]
 
 
+def aggregate_tolerance(name: str) -> float:
+    """Aggregates of 0/1 scores agree exactly; TruthfulQA MC2's mean of continuous masses,
+    made from log-likelihoods a float32 ulp apart, within SCORE_TOLERANCE."""
+    return SCORE_TOLERANCE if name.startswith("truthfulqa_mc2") else 1e-9
+
+
 def print_aggregates(lm: Aggregates, es: Aggregates) -> list[str]:
     """Print both harnesses' aggregates side by side; return the names whose figures differ."""
     print(f"\n{'aggregate':<40} {'lm-eval':>17} {'evalsweep':>17}  same")
     differ = []
-    for name in sorted(lm, key=lambda k: (not k.startswith(("mmlu", "gsm8k", *CHOICE_TASKS)), k)):
+    first = ("mmlu", "gsm8k", *CHOICE_TASKS, *SCORED_TASKS, *BBH_TASKS)
+    for name in sorted(lm, key=lambda k: (not k.startswith(first), k)):
         lv, ls, _ = lm[name]
         mine = es.get(name)
         if mine is None:
             print(f"{name:<40} {lv:>8.4f}±{ls:<8.4f} {'-':>17}  ?")
             continue
         ev, estd = mine[0], mine[1]
-        same = math.isclose(lv, ev, abs_tol=1e-9) and (
-            (math.isnan(ls) and math.isnan(estd)) or math.isclose(ls, estd, abs_tol=1e-9)
+        tol = aggregate_tolerance(name)
+        same = math.isclose(lv, ev, abs_tol=tol) and (
+            (math.isnan(ls) and math.isnan(estd)) or math.isclose(ls, estd, abs_tol=tol)
         )
-        mark = "yes" if same else "NO"
+        mark = ("yes" if tol <= 1e-9 else f"yes (±{tol:g})") if same else "NO"
         print(f"{name:<40} {lv:>8.4f}±{ls:<8.4f} {ev:>8.4f}±{estd:<8.4f}  {mark}")
         if not same:
             differ.append(f"{name}: lm-eval {lv!r} ± {ls!r}, evalsweep {ev!r} ± {estd!r}")
@@ -423,7 +591,19 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--tasks",
         default="mmlu,gsm8k",
-        help="comma list of mmlu, gsm8k, arc_easy, arc_challenge, hellaswag",
+        help="comma list of mmlu, gsm8k, arc_easy, arc_challenge, hellaswag, "
+        + ", ".join(SCORED_TASKS),
+    )
+    parser.add_argument(
+        "--scored-limit", type=int, default=100, help=f"{', '.join(SCORED_TASKS)}: first N"
+    )
+    parser.add_argument(
+        "--bbh-limit", type=int, default=5, help="bbh, bbh_fewshot: first N of each subtask"
+    )
+    parser.add_argument(
+        "--scored-fewshot",
+        default=",".join(f"{k}={v}" for k, v in SCORED_FEWSHOT.items()),
+        help="TASK=N,... few-shot of those tasks (default: winogrande=5, the others 0)",
     )
     parser.add_argument(
         "--choice-limit", type=int, default=100, help="ARC/HellaSwag: first N questions"
@@ -570,6 +750,13 @@ def run_parity(args: argparse.Namespace, work: Path) -> tuple[bool, list[str], d
     limits.update(dict.fromkeys(CHOICE_TASKS, args.choice_limit))
     shots = {"mmlu": args.num_fewshot, "gsm8k": args.num_fewshot}
     shots.update(dict.fromkeys(CHOICE_TASKS, args.choice_fewshot))
+    limits.update(dict.fromkeys(SCORED_TASKS, args.scored_limit))
+    limits.update(dict.fromkeys(BBH_TASKS, args.bbh_limit))
+    shots.update(dict.fromkeys(BBH_TASKS, 3))
+    shots.update(dict.fromkeys(SCORED_TASKS, 0))
+    for item in filter(None, args.scored_fewshot.split(",")):
+        name, _, count = item.partition("=")
+        shots[name.strip()] = int(count)
 
     lm_results: dict[str, Any] = {}
     lm_samples: dict[str, list[Row]] = {}
@@ -579,7 +766,7 @@ def run_parity(args: argparse.Namespace, work: Path) -> tuple[bool, list[str], d
         # One process per task and harness: the tasks take different --limit values.
         lm_out = work / f"lm_eval-{task}"
         cmd = lm_eval_command(
-            ckpt, PREFIX + task, include, lm_out, limit=limits[task],
+            ckpt, PREFIX + BBH_TASKS.get(task, task), include, lm_out, limit=limits[task],
             num_fewshot=shots[task], batch_size=args.lm_eval_batch_size, dtype=args.dtype,
             softmax_dtype=args.lm_eval_softmax_dtype,
         )  # fmt: skip
@@ -650,6 +837,33 @@ def run_parity(args: argparse.Namespace, work: Path) -> tuple[bool, list[str], d
         for line in (choice.missing + choice.disagreements)[: args.show]:
             say(f"   {line}")
         failed |= not choice.ok
+    for task in (t for t in tasks if t in SCORED_TASKS):
+        scored = compare_scored(task, lm_samples, es_rows)
+        say(
+            f"{task.upper()} ({shots[task]}-shot) pick identical {scored.same_pick}/"
+            f"{scored.compared}, per-question metrics identical {scored.same_metrics}/"
+            f"{scored.compared} (max |d score| {scored.max_score_diff:.1e}); max |d loglik| = "
+            f"{scored.max_abs_ll_diff:.2e} ({scored.ll_over_abs} over 1e-4), relative "
+            f"{scored.max_rel_ll_diff:.1e} ({scored.ll_over_tolerance} over {LL_TOLERANCE:g}); "
+            f"missing {len(scored.missing)}"
+        )
+        for line in (scored.missing + scored.disagreements)[: args.show]:
+            say(f"   {line}")
+        failed |= not scored.ok
+        stats[task] = f"{scored.same_pick}/{scored.compared}"
+    for task in (t for t in tasks if t in BBH_TASKS):
+        bbh = compare_bbh(task, lm_samples, es_rows)
+        say(
+            f"{task.upper()} (3-shot, {len(bbh.subjects)} subtasks) response text identical "
+            f"{bbh.same_response}/{bbh.compared}, extracted answer identical "
+            f"{bbh.same_answer}/{bbh.compared}, exact_match identical {bbh.same_score}/"
+            f"{bbh.compared}; missing {len(bbh.missing)}; "
+            f"{len({r['response'] for r in es_rows if r['task'] == task})} distinct responses"
+        )
+        for line in (bbh.missing + bbh.disagreements)[: args.show]:
+            say(f"   {line}")
+        failed |= not bbh.ok
+        stats[task] = f"{bbh.same_response}/{bbh.compared}"
     if "gsm8k" in tasks:
         gsm = compare_gsm8k(lm_samples, es_rows)
         say(
@@ -670,8 +884,9 @@ def run_parity(args: argparse.Namespace, work: Path) -> tuple[bool, list[str], d
     lm_agg = lm_eval_aggregates(lm_results)
     differ = print_aggregates(lm_agg, es_aggregates)
     gsm_differ = [
-        k for k in lm_agg if k.startswith(("gsm8k", *CHOICE_TASKS)) and k in es_aggregates
-        and not math.isclose(lm_agg[k][0], es_aggregates[k][0], abs_tol=1e-9)
+        k for k in lm_agg if k.startswith(("gsm8k", *CHOICE_TASKS, *SCORED_TASKS, *BBH_TASKS))
+        and k in es_aggregates
+        and not math.isclose(lm_agg[k][0], es_aggregates[k][0], abs_tol=aggregate_tolerance(k))
     ]  # fmt: skip
     failed |= bool(gsm_differ)
     print()
@@ -696,7 +911,10 @@ def results_section(args: argparse.Namespace, summary: Sequence[str]) -> str:
         f"GSM8K first {args.gsm8k_limit} problems; "
         f"lm-eval batch size {args.lm_eval_batch_size}, evalsweep batch size "
         f"{args.evalsweep_batch_size or 'default'}. ARC and HellaSwag: first "
-        f"{args.choice_limit} questions, {args.choice_fewshot}-shot. Tasks: {args.tasks}."
+        f"{args.choice_limit} questions, {args.choice_fewshot}-shot. "
+        f"{', '.join(SCORED_TASKS)}: first {args.scored_limit} questions, few-shot "
+        f"{args.scored_fewshot or 'none'} (the others 0). BIG-Bench Hard: first "
+        f"{args.bbh_limit} examples of each of the 27 subtasks, 3-shot. Tasks: {args.tasks}."
     )
     return "\n".join(
         [

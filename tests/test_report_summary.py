@@ -103,7 +103,7 @@ def test_regression_and_improvement_lines_name_what_moved_with_their_numbers() -
         assert f"Δ {points(c.delta)} points" in line
         assert f"(95% CI {points(c.ci_low)} to {points(c.ci_high)})" in line
         assert f"adjusted p = {format_p(c.p_adjusted)}" in line
-        assert line.endswith(f"n = {c.n}")
+        assert line.endswith(f"n = {c.n}, exact McNemar test")  # 0/1 scores
     assert points(by_task["mmlu"].delta) == "-19.0"  # 38 net losses of 200 questions
     mde = by_task["hellaswag"].mde
     assert texts[3].startswith("1 of 3 comparisons showed no significant change")

@@ -330,6 +330,7 @@ def test_to_dict_has_exactly_the_comparison_fields_and_is_json_ready() -> None:
         "n",
         "mde",
         "note",
+        "test",
     ]
     assert data["verdict"] == "improvement"
     assert data["subject"] == "anatomy"
@@ -381,3 +382,28 @@ def test_a_checkpoint_compared_with_itself_shows_no_change(scores: list[float], 
     for row in compare_sweep(rows, "base"):
         assert (row.delta, row.p_value, row.p_adjusted) == (0.0, 1.0, 1.0)
         assert row.verdict is Verdict.NO_SIGNIFICANT_CHANGE
+
+
+def test_continuous_rows_take_the_sign_flip_test_in_the_same_holm_family() -> None:
+    """TruthfulQA MC2's per-question probability mass is not 0/1: its row uses the paired
+    sign-flip test, is adjusted with the binary rows, and gets the same verdict rules."""
+    import random
+
+    rnd = random.Random(3)
+    base = {str(i): rnd.random() for i in range(200)}
+    cand = {k: min(1.0, v + 0.08 + rnd.uniform(-0.05, 0.05)) for k, v in base.items()}
+    continuous = [
+        ScoreSet(name, "truthfulqa_mc2", "acc", None, True, scores)
+        for name, scores in (("base", base), ("cand", cand))
+    ]
+    rows = compare_sweep([*pair("winogrande", 45, 75), *continuous], "base")
+    by_task = {row.task: row for row in rows}
+    assert by_task["winogrande"].test == "mcnemar-exact"
+    assert by_task["truthfulqa_mc2"].test == "sign-flip-monte-carlo"
+    assert by_task["truthfulqa_mc2"].verdict is Verdict.IMPROVEMENT
+    # Holm over the two headline rows: the larger p is not adjusted below itself.
+    ps = sorted(row.p_value for row in rows)
+    assert sorted(row.p_adjusted for row in rows) == pytest.approx(
+        [2 * ps[0], max(2 * ps[0], ps[1])]
+    )
+    assert by_task["truthfulqa_mc2"].to_dict()["test"] == "sign-flip-monte-carlo"

@@ -114,7 +114,8 @@ def _o(
 #: Every option of ``evalsweep run``, in the order ``--help`` lists them.
 OPTIONS: tuple[Option, ...] = (
     _o("tasks", "--tasks", "text", None, "Comma-separated tasks (mmlu, gsm8k, arc_easy, "
-       "hellaswag...; `evalsweep tasks`) or task files (my_task.yaml).", "spec",
+       "hellaswag...; `evalsweep tasks`), suites (leaderboard: its six tasks at their "
+       "few-shot counts) or task files (my_task.yaml).", "spec",
        short="-t", required=True),
     _o("data_dir", "--data-dir", "folder", None, "Local benchmark data laid out like the "
        "originals (default: the Hugging Face Hub). Env: EVALSWEEP_DATA_DIR.", "spec",

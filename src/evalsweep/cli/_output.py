@@ -131,10 +131,11 @@ def show(document: ResultDocument, as_json: bool, subjects: bool) -> None:
     if as_json:
         click.echo(document_json(document))
         return
+    shots = {name: task.num_fewshot for name, task in document.settings.tasks.items()}
     if document.steps:  # one training run: the score against the step
         print_whole(render_trend(document))
     else:
-        print_whole(render_table(document.results, document.comparisons))
+        print_whole(render_table(document.results, document.comparisons, shots=shots))
     if subjects:
         print_whole(render_subject_table(document.results, document.comparisons))
     summary = render_summary(document)

@@ -46,9 +46,9 @@ def export_results(
 ) -> None:
     """Write the stored rows of CHECKPOINTS on the tasks as JSONL pieces (to move results)."""
     from evalsweep.compute import export_pieces
-    from evalsweep.tasks import get_task
+    from evalsweep.tasks import expand_suites, get_task
 
-    names = [get_task(name).name for name in task_list(tasks)]
+    names = [get_task(name).name for name, _ in expand_suites(task_list(tasks), None)]
     with open_existing_store(store) as results_store:
         pieces = export_pieces(results_store, list(checkpoints), names, out, max_bytes)
     if as_json:

@@ -263,8 +263,8 @@ def report(
 @main.command("tasks")
 @json_option("Print as JSON.")
 def list_tasks_command(as_json: bool) -> None:
-    """List the benchmarks evalsweep can run."""
-    from evalsweep.tasks import get_task, list_tasks
+    """List the benchmarks evalsweep can run, and the suites that name several at once."""
+    from evalsweep.tasks import get_task, list_suites, list_tasks
 
     rows: list[dict[str, Any]] = []
     for name in list_tasks():
@@ -272,17 +272,33 @@ def list_tasks_command(as_json: bool) -> None:
         rows.append(
             {
                 "name": name,
+                "kind": "task",
                 "version": task.version,
                 "num_fewshot": task.default_num_fewshot,
                 "metrics": [m.key for m in task.metrics],
             }
         )
+    suites: list[dict[str, Any]] = [
+        {
+            "name": suite.name,
+            "kind": "suite",
+            "description": suite.description,
+            "tasks": [{"name": task, "num_fewshot": shots} for task, shots in suite.members],
+        }
+        for suite in list_suites()
+    ]
     if as_json:
-        click.echo(json.dumps(rows, indent=2))
+        click.echo(json.dumps(rows + suites, indent=2))
         return
     for row in rows:
         details = f"  {row['version']}, {row['num_fewshot']}-shot, metrics: "
         say(Text.assemble((row["name"], "bold"), details + ", ".join(row["metrics"])))
+    if suites:
+        say("")
+        say("suites (--tasks NAME runs these tasks at these few-shot counts):")
+    for suite in suites:
+        members = ", ".join(f"{t['name']} {t['num_fewshot']}-shot" for t in suite["tasks"])
+        say(Text.assemble((suite["name"], "bold"), f"  {suite['description']}: {members}"))
 
 
 @main.command()

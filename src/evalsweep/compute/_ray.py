@@ -102,10 +102,11 @@ class RayTarget:
         evaluate = ray.remote(_evaluate_shard).options(
             num_gpus=self.num_gpus, num_cpus=self.num_cpus, max_retries=0
         )
-        tasks = {spec_task_name(t): t for t in spec.tasks}
+        tasks = spec_tasks(spec)
         pending: dict[Any, tuple[str, str, int]] = {}
         for reference, task_name, keys in pieces:
-            shard_spec = replace(spec, checkpoints=[reference], tasks=[tasks[task_name]])
+            task, shots = tasks[task_name]
+            shard_spec = replace(spec, checkpoints=[reference], tasks=[task], num_fewshot=shots)
             text = f"ray task evaluate_shard({reference!r}, {task_name!r}, {len(keys)} documents)"
             entry = runner.begin(
                 "submit", text, detail={"address": self.address, "num_gpus": self.num_gpus}
@@ -214,6 +215,21 @@ class RayTarget:
             "nodes": len([n for n in ray.nodes() if n.get("Alive")]),  # type: ignore[no-untyped-call]
             "auth": source,
         }
+
+
+def spec_tasks(spec: SweepSpec) -> dict[str, tuple[str | Task, int | None]]:
+    """Each task of ``spec`` by name, as one shard names it, with its few-shot count: a
+    suite (``leaderboard``) stands for its members at the suite's counts."""
+    from evalsweep.tasks import SUITES
+
+    tasks: dict[str, tuple[str | Task, int | None]] = {}
+    for given in spec.tasks:
+        if isinstance(given, str) and given in SUITES:
+            for name, shots in SUITES[given].members:
+                tasks.setdefault(spec_task_name(name), (name, shots))
+        else:
+            tasks.setdefault(spec_task_name(given), (given, spec.num_fewshot))
+    return tasks
 
 
 def spec_task_name(task: str | Task) -> str:

@@ -31,7 +31,7 @@ from evalsweep.errors import EvalsweepError, TargetError
 from evalsweep.jsonl import LINE_END
 from evalsweep.options import environment_names, tasks_value
 from evalsweep.store import Store
-from evalsweep.tasks import get_task
+from evalsweep.tasks import SUITES, get_task
 
 if TYPE_CHECKING:
     from evalsweep.report import ResultDocument
@@ -209,7 +209,10 @@ class SSHTarget:
         finally:
             meter.stop()
         references = list(job.spec.checkpoints)
-        tasks = [get_task(t).name if isinstance(t, str) else t.name for t in job.spec.tasks]
+        tasks = [
+            t if t in SUITES else get_task(t).name if isinstance(t, str) else t.name
+            for t in job.spec.tasks
+        ]  # a suite is expanded by stored_sweep, at its own few-shot counts
         result = stored_sweep(store, references, tasks, job.spec.num_fewshot)
         compute = {**self.info().as_dict(), "setup": setup, "spend": meter.as_dict()}
         compute["secrets"] = sorted(self.secrets)  # names only, never values

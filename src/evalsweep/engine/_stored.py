@@ -22,7 +22,14 @@ from evalsweep.engine._sweep import (
 )
 from evalsweep.errors import CheckpointError, ComparisonError, TaskError
 from evalsweep.store import SampleRecord, ScoreRecord, Store
-from evalsweep.tasks import Document, ImportedTask, ScoredDocument, Task, get_task
+from evalsweep.tasks import (
+    Document,
+    ImportedTask,
+    ScoredDocument,
+    Task,
+    expand_suites,
+    get_task,
+)
 
 
 def stored_sweep(
@@ -46,14 +53,15 @@ def stored_sweep(
     task_runs: dict[str, TaskRun] = {}
     results: list[CheckpointTaskResult] = []
     backend_key = ""
-    for name in tasks:
+    for name, suite_shots in expand_suites(tasks, num_fewshot):
         try:
             task: Task | None = get_task(name)
         except TaskError:  # not evalsweep's: results imported from another harness?
             task = None
         task_name = task.name if task is not None else name
+        wanted = num_fewshot if suite_shots is None else suite_shots
         try:
-            backend_key, settings = _common_settings(store, checkpoints, task_name, num_fewshot)
+            backend_key, settings = _common_settings(store, checkpoints, task_name, wanted)
         except ComparisonError:
             if task is None:
                 get_task(name)  # neither evalsweep's nor imported: the "unknown task" error
@@ -79,7 +87,7 @@ def stored_sweep(
         documents = [
             Document(k, first[k].doc_id, _fields(first[k]), first[k].subject) for k in keys
         ]
-        shots = stored_settings.get("num_fewshot", num_fewshot)
+        shots = stored_settings.get("num_fewshot", wanted)
         task_runs[task.name] = TaskRun(task, int(shots or 0), settings, [])
         for checkpoint in checkpoints:
             rows = per_checkpoint[checkpoint.identity]

@@ -31,6 +31,7 @@ from evalsweep.tasks import (
     PreparedDocument,
     ScoredDocument,
     Task,
+    expand_suites,
     get_task,
 )
 
@@ -127,7 +128,15 @@ def plan_sweep(spec: SweepSpec) -> tuple[list[ResolvedCheckpoint], dict[str, Tas
         raise TaskError(f"--limit must be at least 1, got {spec.limit}")
     if spec.num_fewshot is not None and spec.num_fewshot < 0:
         raise TaskError(f"--num-fewshot must be 0 or more, got {spec.num_fewshot}")
-    tasks = [get_task(t) if isinstance(t, str) else t for t in dict.fromkeys(spec.tasks)]
+    # A suite (--tasks leaderboard) stands for its tasks at its own few-shot counts.
+    plan: dict[str, tuple[Task, int | None]] = {}
+    for given in dict.fromkeys(spec.tasks):
+        if not isinstance(given, str):
+            plan.setdefault(given.name, (given, None))
+            continue
+        for name, suite_shots in expand_suites([given], spec.num_fewshot):
+            task = get_task(name)
+            plan.setdefault(task.name, (task, suite_shots))
     checkpoints = resolve_checkpoints(list(spec.checkpoints))
     if spec.expect_identities is not None:
         expected = spec.expect_identities.split()
@@ -140,8 +149,11 @@ def plan_sweep(spec: SweepSpec) -> tuple[list[ResolvedCheckpoint], dict[str, Tas
                 )
     source = DataSource(spec.data_dir)
     task_runs = {}
-    for task in tasks:
-        shots = task.default_num_fewshot if spec.num_fewshot is None else spec.num_fewshot
+    for task, suite_shots in plan.values():
+        if suite_shots is not None:
+            shots = suite_shots
+        else:
+            shots = task.default_num_fewshot if spec.num_fewshot is None else spec.num_fewshot
         data = task.load(source, spec.limit)
         key = task_cache_key(task, shots, spec.chat)
         task_runs[task.name] = TaskRun(

@@ -30,6 +30,7 @@ from evalsweep.report._numbers import fixed as _fmt
 from evalsweep.report._numbers import p_value as _p
 from evalsweep.report._numbers import points as _points
 from evalsweep.report._schema import ResultDocument, ResultRow, TaskSettings, document_json
+from evalsweep.report._summary import test_label
 from evalsweep.report._table import SHORT, display_names
 from evalsweep.stats import Comparison
 from evalsweep.text import visible
@@ -278,7 +279,7 @@ def _result_cell(cell: ResultRow | None, comparison: Comparison | None) -> str:
     title = (
         f"Δ {_points(comparison.delta)} points, 95% CI [{_points(comparison.ci_low)}, "
         f"{_points(comparison.ci_high)}], p adjusted {_p(comparison.p_adjusted)}, "
-        f"n={comparison.n}: {comparison.verdict}"
+        f"n={comparison.n}{test_label(comparison.test)}: {comparison.verdict}"
     )
     return (
         f"<td class='num {css}' title='{_e(title)}' data-verdict='{_e(comparison.verdict)}'>"
@@ -376,8 +377,8 @@ def _forest_section(view: _View, figures: _Figures, go: ModuleType) -> str:
     figure.update_annotations(font=dict(size=13))
     body = (
         "<p class='help'>Each point is a candidate's paired difference from the baseline with "
-        "its 95% confidence interval, per task and per MMLU subject. Filled diamonds are "
-        "significant after multiplicity adjustment.</p>"
+        "its 95% confidence interval, per task and per subject (MMLU, BIG-Bench Hard). "
+        "Filled diamonds are significant after multiplicity adjustment.</p>"
         "<p class='legend'><span class='regression'>◆ regression</span>"
         "<span class='improvement'>◆ improvement</span>"
         "<span class='same'>● no significant change</span>"
@@ -393,7 +394,8 @@ def _forest_hover(c: Comparison, scale: float, unit: str) -> str:
         ci = f"95% CI [{low * scale:+.1f}, {high * scale:+.1f}] {unit}"
     text = (
         f"Δ {c.delta * scale:+.1f} {unit}, {ci}<br>"
-        f"p {_p(c.p_value)}, adjusted {_p(c.p_adjusted)}, n={c.n}<br>"
+        f"p {_p(c.p_value)}, adjusted {_p(c.p_adjusted)}, n={c.n}"
+        f"{html.escape(test_label(c.test))}<br>"
         f"{c.verdict}"
     )
     if c.note:

@@ -459,6 +459,7 @@ def _comparison(item: _Fields) -> Comparison:
         n=item.integer("n"),
         mde=item.number("mde"),
         note=item.text("note", optional=True),
+        test=item.text("test", optional=True),
     )
 
 

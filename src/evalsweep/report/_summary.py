@@ -66,7 +66,8 @@ def verdict_summary(document: ResultDocument) -> list[SummaryLine]:
             "legend",
             f"{MARKS['improvement'][0]} improvement, {MARKS['regression'][0]} regression, "
             f"{MARKS['no significant change'][0]} no significant change: paired tests on the "
-            f"same questions, p-values adjusted for multiplicity (Holm over tasks, "
+            f"same questions (exact McNemar for 0/1 scores, sign-flip for continuous ones such "
+            f"as TruthfulQA MC2), p-values adjusted for multiplicity (Holm over tasks, "
             f"Benjamini-Hochberg over subjects), alpha = {DEFAULT_ALPHA:g}; "
             f"Δ = candidate - {against}, in points.",
         )
@@ -88,7 +89,7 @@ def verdict_summary(document: ResultDocument) -> list[SummaryLine]:
                 f"{mark} {c.verdict.value}: {names.get(c.candidate, c.candidate)}"
                 f"{_since(c, baseline, names)} on {_where(c)}: Δ {_points(c.delta)} points "
                 f"(95% CI {_points(c.ci_low)} to {_points(c.ci_high)}), "
-                f"adjusted p = {format_p(c.p_adjusted)}, n = {c.n}",
+                f"adjusted p = {format_p(c.p_adjusted)}, n = {c.n}{test_label(c.test)}",
             )
         )
         noise = label_noise_note(c.task, _number(c.delta, math.inf))
@@ -123,6 +124,20 @@ def verdict_summary(document: ResultDocument) -> list[SummaryLine]:
                     )
                 )
     return lines
+
+
+#: How a report names each paired test (:attr:`Comparison.test`).
+TEST_NAMES = {
+    "mcnemar-exact": "exact McNemar test",
+    "mcnemar-mid-p": "mid-p McNemar test",
+    "sign-flip-exact": "exact sign-flip test",
+    "sign-flip-monte-carlo": "sign-flip permutation test",
+}
+
+
+def test_label(test: str | None) -> str:
+    """``", <test name>"`` for a summary line, or nothing for documents that do not say."""
+    return f", {TEST_NAMES.get(test, test)}" if test else ""
 
 
 def render_summary(document: ResultDocument) -> Text:

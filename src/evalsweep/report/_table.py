@@ -11,7 +11,7 @@ escaped, in headers), so a name like ``run[v2]`` shows as written.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from rich.markup import escape
 from rich.table import Table
@@ -51,8 +51,13 @@ def render_table(
     results: Sequence[ResultRow],
     comparisons: Sequence[Comparison] = (),
     title: str = "evalsweep results",
+    shots: Mapping[str, int] | None = None,
 ) -> Table:
-    """Build the rich table from the result document's ``results`` and ``comparisons``."""
+    """Build the rich table from the result document's ``results`` and ``comparisons``.
+
+    ``shots``: each task's few-shot count, shown under its name (a suite such as
+    ``leaderboard`` runs its tasks at different counts).
+    """
     headline = [r for r in results if r.level == "task"]
     columns = list(dict.fromkeys((r.task, r.metric) for r in headline))
     checkpoints = list(dict.fromkeys(r.checkpoint for r in headline))
@@ -64,7 +69,8 @@ def render_table(
     table.add_column("checkpoint", style="bold", overflow="fold")
     for task, metric in columns:
         n = next((cells[(c, task, metric)].n for c in checkpoints if (c, task, metric) in cells), 0)
-        header = escape(f"{task}\n{SHORT.get(metric, metric)}\nn={n}")
+        shot = f" ({shots[task]}-shot)" if shots and task in shots else ""
+        header = escape(f"{task}{shot}\n{SHORT.get(metric, metric)}\nn={n}")
         table.add_column(header, justify="right", overflow="fold")
     for checkpoint in checkpoints:
         label = names[checkpoint] + (" (baseline)" if checkpoint == baseline else "")

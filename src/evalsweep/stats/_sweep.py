@@ -62,10 +62,14 @@ class Comparison:
     n: int
     mde: float
     note: str | None
+    test: str | None = None
+    """The paired test behind ``p_value`` (:attr:`PairedComparison.method`): exact
+    McNemar for 0/1 scores, the sign-flip permutation test for continuous ones."""
 
     def to_dict(self) -> dict[str, str | float | int | None]:
-        """The row as JSON-ready plain values, one key per field."""
-        return {
+        """The row as JSON-ready plain values, one key per field (``test`` only when known:
+        documents written before it was recorded read back as they were)."""
+        data: dict[str, str | float | int | None] = {
             "baseline": self.baseline,
             "candidate": self.candidate,
             "task": self.task,
@@ -81,6 +85,9 @@ class Comparison:
             "mde": self.mde,
             "note": self.note,
         }
+        if self.test is not None:
+            data["test"] = self.test
+        return data
 
 
 @dataclass(frozen=True)
@@ -319,6 +326,7 @@ def compare_pairs(
                     verdict,
                     practical_margin,
                 ),
+                test=result.method,
             )
         )
     order = {name: i for i, name in enumerate(dict.fromkeys(r.checkpoint for r in score_sets))}

@@ -6,7 +6,8 @@ To add a benchmark, write a module with a class that satisfies the
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from evalsweep.errors import TaskError
@@ -24,6 +25,9 @@ from evalsweep.tasks._base import (
     Turn,
 )
 from evalsweep.tasks.arc import ARC
+from evalsweep.tasks.bbh import BBH
+from evalsweep.tasks.bbh import SUBTASKS as BBH_SUBTASKS
+from evalsweep.tasks.boolq import BoolQ
 from evalsweep.tasks.custom import find_task_file, is_task_file, load_task_file
 from evalsweep.tasks.gsm8k import GSM8K
 from evalsweep.tasks.hellaswag import HellaSwag
@@ -31,6 +35,9 @@ from evalsweep.tasks.humaneval import HumanEval
 from evalsweep.tasks.imported import ImportedTask
 from evalsweep.tasks.mbpp import MBPP
 from evalsweep.tasks.mmlu import MMLU, SUBJECTS
+from evalsweep.tasks.piqa import PIQA
+from evalsweep.tasks.truthfulqa import TruthfulQA
+from evalsweep.tasks.winogrande import Winogrande
 
 TASKS: dict[str, Callable[[], Any]] = {
     "mmlu": MMLU,
@@ -40,7 +47,67 @@ TASKS: dict[str, Callable[[], Any]] = {
     "arc_easy": lambda: ARC("ARC-Easy"),
     "arc_challenge": lambda: ARC("ARC-Challenge"),
     "hellaswag": HellaSwag,
+    "truthfulqa_mc1": lambda: TruthfulQA("mc1"),
+    "truthfulqa_mc2": lambda: TruthfulQA("mc2"),
+    "winogrande": Winogrande,
+    "piqa": PIQA,
+    "boolq": BoolQ,
+    "bbh": lambda: BBH("cot"),
+    "bbh_fewshot": lambda: BBH("plain"),
 }
+
+
+@dataclass(frozen=True)
+class Suite:
+    """A named set of tasks, each at its own few-shot count (``--tasks leaderboard``)."""
+
+    name: str
+    description: str
+    members: tuple[tuple[str, int], ...]
+    """(task name, few-shot count), in the order the suite's table is read."""
+
+
+#: Suites by name. ``leaderboard`` is the Open LLM Leaderboard (v1): its six tasks,
+#: few-shot counts and column order.
+SUITES: dict[str, Suite] = {
+    "leaderboard": Suite(
+        "leaderboard",
+        "Open LLM Leaderboard (v1)",
+        (
+            ("arc_challenge", 25),
+            ("hellaswag", 10),
+            ("mmlu", 5),
+            ("truthfulqa_mc2", 0),
+            ("winogrande", 5),
+            ("gsm8k", 5),
+        ),
+    ),
+}
+
+
+def expand_suites(names: Sequence[str], num_fewshot: int | None) -> list[tuple[str, int | None]]:
+    """Each task of ``names`` once, suites replaced by their members, with the few-shot
+    count a suite fixes (None for a task named on its own: its default or
+    ``--num-fewshot``). A task named twice runs once, where first named.
+
+    Raises:
+        TaskError: a suite together with ``num_fewshot`` (its counts are part of it).
+    """
+    out: dict[str, int | None] = {}
+    for name in names:
+        if name in SUITES:
+            suite = SUITES[name]
+            if num_fewshot is not None:
+                counts = ", ".join(f"{task} {shots}-shot" for task, shots in suite.members)
+                raise TaskError(
+                    f"--num-fewshot cannot be combined with the suite {name!r}: its tasks run "
+                    f"at their own few-shot counts ({counts})"
+                )
+            for task, shots in suite.members:
+                out.setdefault(task, shots)
+        else:
+            out.setdefault(name, None)
+    return list(out.items())
 
 
 def get_task(name: str) -> Task:
@@ -51,6 +118,8 @@ def get_task(name: str) -> Task:
     """
     if name.startswith("mmlu_") and name[5:] in SUBJECTS:
         return MMLU(subjects=[name[5:]], name=name)
+    if name.startswith("bbh_") and name[4:] in BBH_SUBTASKS:
+        return BBH("cot", subtasks=[name[4:]], name=name)
     if is_task_file(name):
         return load_task_file(name)
     if name in TASKS:
@@ -58,17 +127,31 @@ def get_task(name: str) -> Task:
     found = find_task_file(name)
     if found is not None:
         return load_task_file(found)
-    known = ", ".join(sorted(TASKS)) + ", mmlu_<subject>, or a task file (.yaml/.toml)"
+    known = (
+        ", ".join(sorted(TASKS))
+        + ", mmlu_<subject>, bbh_<subtask>, or a task file (.yaml/.toml); suites: "
+        + ", ".join(sorted(SUITES))
+    )
     raise TaskError(f"unknown task {name!r} (known tasks: {known})")
 
 
 def builtin_task(name: str) -> bool:
-    """``name`` is one of evalsweep's own tasks (or an MMLU subject), never a task file."""
-    return name in TASKS or (name.startswith("mmlu_") and name[5:] in SUBJECTS)
+    """``name`` is one of evalsweep's own tasks (an MMLU subject, a BBH subtask) or suites,
+    never a task file."""
+    return (
+        name in TASKS
+        or name in SUITES
+        or (name.startswith("mmlu_") and name[5:] in SUBJECTS)
+        or (name.startswith("bbh_") and name[4:] in BBH_SUBTASKS)
+    )
 
 
 def list_tasks() -> list[str]:
     return sorted(TASKS)
+
+
+def list_suites() -> list[Suite]:
+    return [SUITES[name] for name in sorted(SUITES)]
 
 
 __all__ = [
@@ -86,6 +169,10 @@ __all__ = [
     "Turn",
     "SUBJECTS",
     "builtin_task",
+    "SUITES",
+    "Suite",
+    "expand_suites",
     "get_task",
+    "list_suites",
     "list_tasks",
 ]

@@ -67,3 +67,36 @@ def load_hub_split(path: str, name: str | None, split: str) -> list[dict[str, An
             "use --data-dir for local files"
         ) from exc
     return [dict(row) for row in dataset]
+
+
+def read_label_lines(path: Path, allowed: Sequence[str], limit: int | None = None) -> list[str]:
+    """The labels of a ``*-labels.lst`` file (one per line, each one of ``allowed``)."""
+    if not path.is_file():
+        raise DataError(f"data file not found: {path}")
+    try:
+        lines = path.read_bytes().decode("utf-8").split("\n")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise DataError(f"{path}: cannot be read ({exc})") from exc
+    if lines and lines[-1] == "":
+        lines.pop()
+    labels = []
+    for number, line in enumerate(lines[:limit], start=1):
+        label = line.strip()
+        if label not in allowed:
+            raise DataError(
+                f"{path}:{number}: label must be one of {list(allowed)}, found {line!r}"
+            )
+        labels.append(label)
+    return labels
+
+
+def with_labels(
+    rows: list[dict[str, Any]], labels_path: Path, allowed: Sequence[str], data_path: Path
+) -> list[tuple[dict[str, Any], str]]:
+    """Rows paired with the labels file beside them, which must have as many lines."""
+    labels = read_label_lines(labels_path, allowed, len(rows))
+    if len(labels) != len(rows):
+        raise DataError(
+            f"{labels_path}: {len(labels)} labels for the {len(rows)} rows of {data_path}"
+        )
+    return list(zip(rows, labels, strict=True))
