@@ -171,8 +171,9 @@ async def test_agents_name_no_task_file_outside_the_allowed_folders(
         by_path = result(await client.call_tool("quote_sweep", {**base, "tasks": [str(good)]}))
         assert by_path["params"]["tasks"] == [str(good.resolve())]
         evil = error_text(await client.call_tool("quote_sweep", {**base, "tasks": ["evil"]}))
-        assert evil.startswith(f"quote_sweep: {allowed / 'evil.yaml'}: doc_to_text: template ")
-        assert "refused" in evil and "\n" not in evil
+        # (Runs of an argument's text, here the shared start of two paths, read as "...".)
+        assert evil.startswith("quote_sweep: ") and "\n" not in evil
+        assert "evil.yaml: doc_to_text: template refused" in evil
         for name in (str(allowed / "outside.yaml"), str(loose), "../loose"):
             text = error_text(await client.call_tool("quote_sweep", {**base, "tasks": [name]}))
             assert text.startswith("quote_sweep: tasks[0] ") and "\n" not in text, text

@@ -27,6 +27,7 @@ from mcp import Client
 from evalsweep.agent import SecretBox, build_server
 from evalsweep.agent._jobs import job_command
 from evalsweep.agent._options import quoted_spec
+from evalsweep.agent._quotes import load_quote
 from evalsweep.cli import main
 from evalsweep.compute import SweepJob
 from evalsweep.engine import SweepSpec
@@ -41,6 +42,7 @@ from evalsweep.options import (
     to_argv,
     words_only_environment,
 )
+from evalsweep.store import Store
 from evalsweep.tasks import HumanEval
 
 TASK = "mmlu_abstract_algebra"
@@ -395,7 +397,8 @@ async def test_the_quote_prices_the_spec_the_job_process_reads(
     async with Client(build_server(store_path, config={})) as client:
         quote = await client.call_tool("quote_sweep", args)
     assert not quote.is_error, quote.content[0].text
-    params = quote.structured_content["params"]
+    with Store(store_path) as store:  # the quote as the job is started from (with its hash)
+        params = load_quote(store, quote.structured_content["quote_id"]).params
     command = job_command(params, "local", store_path, tmp_path / "out", params["data_dir"])
     assert command[:4] == [sys.executable, "-m", "evalsweep", "run"]
     # The job process reads its words in an environment without this machine's settings.

@@ -22,6 +22,7 @@ from mcp import Client
 from evalsweep.agent import build_server
 from evalsweep.agent._jobs import job_command
 from evalsweep.agent._options import CORE_PARAMETERS, quoted_spec
+from evalsweep.agent._quotes import load_quote
 from evalsweep.cli import main
 from evalsweep.compute import SweepJob
 from evalsweep.engine import OPTION_ROLES, ChatOptions, SweepSpec
@@ -38,6 +39,7 @@ from evalsweep.options import (
     task_list,
     to_argv,
 )
+from evalsweep.store import Store
 from evalsweep.tasks import MMLU
 from evalsweep.tasks._code import CodeTask
 
@@ -260,7 +262,8 @@ async def test_a_jobs_command_is_the_quoted_sweep_written_by_to_argv(
     async with Client(build_server(store_path, config={})) as client:
         call = await client.call_tool("quote_sweep", args)
     assert not call.is_error, call.content[0].text
-    params = call.structured_content["params"]
+    with Store(store_path) as store:  # the quote as the job is started from (with its hash)
+        params = load_quote(store, call.structured_content["quote_id"]).params
     # The job also refuses checkpoints that no longer resolve to the approved identities.
     spec = replace(
         quoted_spec(params),
