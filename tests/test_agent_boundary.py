@@ -849,6 +849,16 @@ async def test_an_approval_question_is_answered_only_by_the_call_that_asked(
         '{% for i in range(1000) %}{{ "y" * 999999 }}{% endfor %}',
         '{{ ("y" * 900000) ~ ("y" * 900000) }}',
         "{{ range(10**7)|list|length }}",
+        "{% set s = 'x' * 2000 %}{% for a in s %}{% for b in s %}{% endfor %}{% endfor %}",
+        "{% set ns = namespace(s='x' * 1000000) %}{% for i in range(9) %}"
+        "{% set ns.s = ns.s ~ ns.s %}{% endfor %}{{ ns.s|length }}",
+        "{% set s = 'x' * 25000 %}{{ (s|replace('x', s))|length }}",
+        "{% set s = 'x' * 100000 %}{{ s.replace('x', s)|length }}",
+        "{{ ('y\\n' * 500000)|indent(100) }}",
+        "{{ '{:>999999999}'.format(1) }}",
+        "{% set l = ['x' * 100000] * 100 %}{{ l|join(',')|length }}",
+        "{{ (('x' * 900000) + ('y' * 900000))|length }}",
+        "{% macro m(n) %}{{ m(n) }}{% endmacro %}{{ m(1) }}",
     ],
 )
 def test_a_template_cannot_take_the_memory_or_the_time(tmp_path: Path, template: str) -> None:
@@ -860,7 +870,28 @@ def test_a_template_cannot_take_the_memory_or_the_time(tmp_path: Path, template:
     path = task_file(tmp_path, "t", template)
     before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     started = time.process_time()
-    with pytest.raises(TaskError, match="template refused"):
+    with pytest.raises(TaskError, match="template (refused|nests too deeply)"):
         get_task(str(path)).load(None, None)  # type: ignore[arg-type]
     grown_mb = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) / 1024
     assert grown_mb < 200 and time.process_time() - started < 10
+
+
+@pytest.mark.anyio
+async def test_the_audit_keeps_every_argument_and_tells_a_mask_from_text_that_looks_like_one(
+    agent_env: Path, store_path: Path
+) -> None:
+    from evalsweep.agent import SecretBox
+
+    secret = "hunter2secret"
+    SecretBox().set("MYTOKEN", secret)
+    sent = {"quote_id": "q-0123456789", secret: 1, "[secret MYTOKEN]": 2}
+    async with Client(build_server(store_path, config={})) as client:
+        assert (await client.call_tool("start_sweep", sent)).is_error
+    with Store(store_path) as store:
+        (entry,) = store.audit_entries(kind="refusal")
+    received = json.loads(entry["detail"]["received"])
+    assert set(received) == {"quote_id", "[secret MYTOKEN]"} or (
+        len(received) == 3 and secret not in entry["detail"]["received"]
+    )
+    assert "\\u005bsecret MYTOKEN]" in entry["detail"]["received"]  # the one sent as text
+    assert entry["detail"]["received"].count("[secret MYTOKEN]") == 1  # the real mask

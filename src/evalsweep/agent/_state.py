@@ -141,16 +141,6 @@ class AgentState:
             return True
         return self.target(name).info().kind == "local" and self.settings.approve_local
 
-    def redact_tree(self, value: Any) -> Any:
-        """``value`` with every string in it, keys included, masked of secrets."""
-        if isinstance(value, str):
-            return self.secrets.redact(value)
-        if isinstance(value, list | tuple):
-            return [self.redact_tree(v) for v in value]
-        if isinstance(value, dict):
-            return {self.redact_tree(str(k)): self.redact_tree(v) for k, v in value.items()}
-        return value
-
     def redact_value(self, value: Any) -> Any:
         if isinstance(value, str):
             return self.secrets.redact(value)
@@ -202,10 +192,11 @@ class AgentState:
         arguments = params.get("arguments")
         known = isinstance(name, str) and name in tools
         sent = arguments if known else {"name": name, "arguments": arguments}
-        # Masked before any encoding: a secret's value as sent, whatever characters it holds.
-        received = self.secrets.redact(
-            json.dumps(self.redact_tree(sent), ensure_ascii=True, sort_keys=True, default=repr)
-        )
+        # Every argument kept (keys too), then each secret masked in whatever form the JSON
+        # wrote it; text that merely looks like a mask is written with its '[' escaped
+        # (still the same JSON), so a real mask and a sent one read differently.
+        raw = json.dumps(sent, ensure_ascii=True, sort_keys=True, default=repr)
+        received = self.secrets.redact(raw.replace("[secret ", "\\u005bsecret "))
         message = visible(self.secrets.redact(" ".join(message.split())))
         fields = arguments if isinstance(arguments, Mapping) else {}
         quote_id = fields.get("quote_id")
