@@ -359,6 +359,8 @@ async def test_mcp_job_over_ssh_lands_every_odd_row(
     config = _config(tmp_path / "config.toml", sshd, tmp_path / "remote")
     with config.open("a") as handle:
         handle.write("[limits]\nper_connection_usd = 5.0\nglobal_usd = 5.0\n")
+        # An agent names task files only from the folders the person allows.
+        handle.write(f"[agent]\ntask_dirs = [{json.dumps(str(DATA.resolve()))}]\n")
     monkeypatch.setenv("EVALSWEEP_CONFIG", str(config))
     monkeypatch.setenv("EVALSWEEP_DATA_DIR", str(DATA))
     args = {"checkpoints": checkpoints, "tasks": TASK_FILES, "target": "box"}
