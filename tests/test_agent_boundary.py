@@ -32,7 +32,7 @@ from evalsweep.store import Store
 from evalsweep.text import REFUSED_CATEGORIES, problem, visible
 
 sys.path.insert(0, str(Path(__file__).parent))
-from test_agent_gate import approve_in_terminal, error_text, result  # noqa: E402
+from test_agent_gate import approve_in_terminal, error_text, result, wait_for_end  # noqa: E402
 
 TASK = "mmlu_abstract_algebra"
 ROWS = '{"q": "What is 2+2?", "choices": ["3", "4"], "answer": 1}\n' * 2
@@ -686,11 +686,7 @@ async def test_a_job_being_started_is_not_lost_and_orphans_are_stopped_and_bille
                 await anyio.sleep(0.2)
         os.kill(pid, signal.SIGKILL)  # the supervisor alone dies (an out-of-memory kill)
         killed_at = time.time()
-        with anyio.fail_after(60):
-            while (status := result(await client.call_tool("job_status", {"job_id": job_id})))[
-                "status"
-            ] == "running":
-                await anyio.sleep(0.5)
+        status = await wait_for_end(client, job_id, timeout=60)
     assert status["status"] == "lost" and "processes were stopped" in status["reason"]
     assert job_processes(job_id) == []
     assert ledger_rows(store_path)[job_id]["ended"] >= killed_at  # billed until they stopped
@@ -708,13 +704,7 @@ async def test_a_checkpoint_swapped_after_the_start_is_refused_by_the_job(
         started = result(await client.call_tool("start_sweep", {"quote_id": quote["quote_id"]}))
         link.unlink()
         link.symlink_to(gpt2_b, target_is_directory=True)
-        with anyio.fail_after(300):
-            while (
-                status := result(
-                    await client.call_tool("job_status", {"job_id": started["job_id"]})
-                )
-            )["status"] == "running":
-                await anyio.sleep(0.5)
+        status = await wait_for_end(client, started["job_id"], timeout=300)
         log = result(await client.call_tool("job_logs", {"job_id": started["job_id"]}))["text"]
     assert status["status"] == "failed" and "is not the one approved" in log
 
@@ -731,13 +721,7 @@ async def test_a_task_file_changed_after_the_start_is_refused_by_the_job(
         quote = result(await client.call_tool("quote_sweep", args))
         started = result(await client.call_tool("start_sweep", {"quote_id": quote["quote_id"]}))
         (allowed / "rows.jsonl").write_text(ROWS.replace("2+2", "SWAPPED"))
-        with anyio.fail_after(300):
-            while (
-                status := result(
-                    await client.call_tool("job_status", {"job_id": started["job_id"]})
-                )
-            )["status"] == "running":
-                await anyio.sleep(0.5)
+        status = await wait_for_end(client, started["job_id"], timeout=300)
         log = result(await client.call_tool("job_logs", {"job_id": started["job_id"]}))["text"]
     assert status["status"] == "failed" and "prompts are not the ones approved" in log
 
