@@ -93,6 +93,19 @@ def compare_run(
     return [c for c in rows if c.baseline == chosen], [c for c in rows if c.baseline != chosen]
 
 
+def compare_best(
+    result: SweepResult, best: str, rows: Sequence[tuple[str, str]]
+) -> list[Comparison]:
+    """The best checkpoint of a run against each other checkpoint, on the task metrics
+    ``rows`` ((task, metric) headline rows it was chosen by): each row a paired test with
+    the other checkpoint as the baseline (``delta`` = best - other), all rows in one Holm
+    family of their own (:func:`compare_pairs`, the tests and control of every report)."""
+    references = [c.reference for c in result.checkpoints]
+    wanted = set(rows)
+    sets = [s for s in score_sets(result) if s.subject is None and (s.task, s.metric) in wanted]
+    return compare_pairs(sets, [(other, best) for other in references if other != best])
+
+
 def shown_question(task: object, doc: Document) -> str:
     """The question a report shows beside a flip, for any task.
 

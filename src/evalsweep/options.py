@@ -193,11 +193,20 @@ OPTIONS: tuple[Option, ...] = (
        "(default: the first).", "job"),
     _o("steps", "--steps", "text", None, "From a run (a folder of checkpoint-N folders, or "
        "org/model@step*): steps A to B, both included, every STRIDE steps (A:B[:STRIDE]; "
-       "A or B may be empty).", "selection"),
+       "A or B may be empty).", "selection", agent="steps",
+       pattern=r"[0-9]{0,12}:[0-9]{0,12}(?::[0-9]{1,12})?",
+       pattern_help="A:B or A:B:STRIDE (whole numbers; A or B may be empty)",
+       agent_help="From a run (an allowed run folder, or org/model@step*): steps A to B, "
+       "both included, every STRIDE steps: A:B or A:B:STRIDE (A or B may be empty)"),
     _o("every", "--every", "int", None, "From a run: every N-th checkpoint, the first "
-       "included.", "selection", minimum=1),
+       "included.", "selection", minimum=1, agent="every",
+       agent_help="From a run: every N-th checkpoint (after steps), the first included"),
     _o("last", "--last", "int", None, "From a run: the last K checkpoints.", "selection",
-       minimum=1),
+       minimum=1, agent="last",
+       agent_help="From a run: the last K checkpoints (after steps and every)"),
+    _o("best_by", "--best-by", "text", None, "A run's best checkpoint by these tasks "
+       "(comma-separated; default: every task): the highest mean of their headline scores, "
+       "tested against each other checkpoint.", "presentation"),
     _o("subjects", "--subjects", "flag", False, "Also show MMLU per subject (significant "
        "first).", "presentation"),
     _o("fail_on_regression", "--fail-on-regression", "flag", False, "Exit with status 3 if "

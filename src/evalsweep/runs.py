@@ -25,7 +25,7 @@ from __future__ import annotations
 import fnmatch
 import json
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -186,8 +186,20 @@ def incomplete(folder: Path) -> str | None:
     return None
 
 
-def expand_references(references: Sequence[str], selection: Selection | None = None) -> Expansion:
+def is_hub_pattern(reference: str) -> bool:
+    """``org/model@step*``: a Hub repository's step branches and tags, by a pattern."""
+    return "@" in reference and any(c in reference.partition("@")[2] for c in "*?[")
+
+
+def expand_references(
+    references: Sequence[str],
+    selection: Selection | None = None,
+    refuse: Callable[[str], str | None] | None = None,
+) -> Expansion:
     """Expand run folders and Hub step patterns; order one run's checkpoints by step.
+
+    ``refuse``: says why a run's checkpoint (by the reference it would have) is left
+    out, or ``None``; it is left out before the selection, named in ``skipped``.
 
     Raises:
         CheckpointError: a run with no checkpoints (or none selected), a Hub pattern
@@ -201,10 +213,12 @@ def expand_references(references: Sequence[str], selection: Selection | None = N
         path = Path(reference).expanduser()
         if is_run_folder(path):
             runs += 1
-            _add(expansion, reference, _local_steps(reference, path, expansion), selection)
-        elif "@" in reference and any(c in reference.partition("@")[2] for c in "*?["):
+            found = _local_steps(reference, path, expansion, refuse)
+            _add(expansion, reference, found, selection)
+        elif is_hub_pattern(reference):
             runs += 1
-            _add(expansion, reference, _hub_steps(reference), selection)
+            found = _refused(expansion, _hub_steps(reference), refuse)
+            _add(expansion, reference, found, selection)
         else:
             expansion.references.append(reference)
     if runs == 0:
@@ -230,7 +244,30 @@ def _add(
             expansion.steps[name] = step
 
 
-def _local_steps(reference: str, path: Path, expansion: Expansion) -> list[tuple[int, str]]:
+def _refused(
+    expansion: Expansion,
+    found: list[tuple[int, str]],
+    refuse: Callable[[str], str | None] | None,
+) -> list[tuple[int, str]]:
+    """``found`` without the checkpoints ``refuse`` gives a reason for (named in skipped)."""
+    if refuse is None:
+        return found
+    kept = []
+    for step, name in found:
+        why = refuse(name)
+        if why is None:
+            kept.append((step, name))
+        else:
+            expansion.skipped.append((name, why))
+    return kept
+
+
+def _local_steps(
+    reference: str,
+    path: Path,
+    expansion: Expansion,
+    refuse: Callable[[str], str | None] | None = None,
+) -> list[tuple[int, str]]:
     """The complete checkpoint folders of a run folder, with their steps."""
     found: list[tuple[int, str]] = []
     seen: dict[int, str] = {}
@@ -240,7 +277,7 @@ def _local_steps(reference: str, path: Path, expansion: Expansion) -> list[tuple
         if not child.is_dir() or step is None:
             continue
         name = f"{base}/{child.name}"
-        problem = incomplete(child)
+        problem = (refuse(name) if refuse is not None else None) or incomplete(child)
         if problem:
             expansion.skipped.append((name, problem))
             continue

@@ -150,8 +150,14 @@ def approval_text(store: Store, quote: Quote) -> list[str]:
 
     preview: dict[str, Any] = quote.preview
     lines = [describe_quote(quote)]
+    run = quote.params.get("run") or {}
+    steps = run.get("steps", {})
     for pair in preview.get("identities", []):
-        lines.append(f"  checkpoint {named(pair['reference'])} -> {visible(pair['identity'])}")
+        step = steps.get(pair["reference"])
+        at = f" (step {step})" if step is not None else ""
+        lines.append(f"  checkpoint {named(pair['reference'])}{at} -> {visible(pair['identity'])}")
+    for name, why in run.get("left_out", []):
+        lines.append(f"  left out of the run: {named(name)} ({visible(why)})")
     if quote.kind == "sweep":
         lines.append(
             f"  tasks {', '.join(named(t) for t in quote.params['tasks'])}; limit "
@@ -199,7 +205,7 @@ def describe_quote(quote: Quote) -> str:
     preview: dict[str, Any] = quote.preview
     if quote.kind == "sweep":
         what = (
-            f"sweep of {', '.join(named(c) for c in quote.params['checkpoints'])} on "
+            f"sweep of {_checkpoints(quote.params)} on "
             f"{', '.join(named(t) for t in quote.params['tasks'])}"
             + (f" (limit {quote.params['limit']})" if quote.params.get("limit") else "")
         )
@@ -211,6 +217,22 @@ def describe_quote(quote: Quote) -> str:
         f"{what} on {named(quote.target)} ({visible(str(preview.get('hardware', '?')))}) at "
         f"${quote.hourly_rate:.2f}/h, {time_text}, estimated ${quote.estimated_cost:.2f}, "
         f"at most ${preview.get('max_cost', quote.estimated_cost):.4f}"
+    )
+
+
+def _checkpoints(params: dict[str, Any]) -> str:
+    """The checkpoints a sweep covers, in words; a run's as the run, its selection and its
+    checkpoints in step order (every name through :func:`named`)."""
+    run = params.get("run")
+    listed = ", ".join(named(c) for c in params["checkpoints"])
+    if not run:
+        return listed
+    chosen = [f"{name} {visible(str(value))}" for name, value in run["selection"].items()
+              if value is not None]  # fmt: skip
+    return (
+        f"run {', '.join(named(r) for r in run['references'])}"
+        + (f" ({', '.join(chosen)})" if chosen else "")
+        + f": {len(params['checkpoints'])} checkpoints in step order, {listed}"
     )
 
 

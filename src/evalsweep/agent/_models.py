@@ -40,6 +40,37 @@ class TaskWork(BaseModel):
     requests_per_checkpoint: int
 
 
+class RunCheckpoint(BaseModel):
+    reference: str
+    step: int | None
+    identity: str = Field(description="What the job must find there (folder digest or commit)")
+
+
+class LeftOut(BaseModel):
+    checkpoint: str = Field(description="The checkpoint's name as a person is shown it")
+    why: str
+
+
+class RunQuote(BaseModel):
+    references: list[str] = Field(description="The checkpoints as named: the run itself")
+    selection: dict[str, Any] = Field(description="steps, every and last as quoted")
+    checkpoints: list[RunCheckpoint] = Field(
+        description="The checkpoints the job runs, in step order, each pinned to its identity"
+    )
+    left_out: list[LeftOut] = []
+
+
+class RunTrend(BaseModel):
+    job_id: str
+    text: str = Field(description="The run's trend in words, as a person may be shown it")
+    lines: list[str]
+    best: str | None = Field(description="The best checkpoint by the chosen tasks")
+    best_by: list[str]
+    best_comparisons: list[dict[str, Any]] = Field(
+        description="The best against each other checkpoint (baseline = the other one)"
+    )
+
+
 class QuoteOut(BaseModel):
     quote_id: str = Field(description="Pass to start_sweep (or the lifecycle action); single use")
     kind: str
@@ -67,6 +98,9 @@ class QuoteOut(BaseModel):
         0.0, description="Tokens per second of a 1-billion-parameter model on this hardware"
     )
     throughput_source: str = ""
+    run: RunQuote | None = Field(
+        None, description="A training run named: its checkpoints in step order, pinned"
+    )
 
 
 class JobStarted(BaseModel):

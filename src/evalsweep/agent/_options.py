@@ -25,6 +25,7 @@ from evalsweep.options import (
     from_argv,
     number_problem,
     tasks_value,
+    text_problem,
     to_argv,
 )
 
@@ -60,10 +61,12 @@ def restated(parameter: str) -> Any:
 
 
 def check_bounds(values: Mapping[str, Any]) -> None:
-    """Refuse an agent's number outside the bounds its option declares (named, not echoed);
-    the same check as the command line's (:func:`evalsweep.options.number_problem`)."""
+    """Refuse an agent's number outside the bounds its option declares, or a text that is
+    not of the form it declares (named, not echoed); the same checks as the command line's
+    (:func:`evalsweep.options.number_problem`, :func:`evalsweep.options.text_problem`)."""
     for each in agent_options():
-        problem = number_problem(each, values.get(each.agent or ""), agent=True)
+        value = values.get(each.agent or "")
+        problem = number_problem(each, value, agent=True) or text_problem(each, value)
         if problem:
             raise InputError(f"{each.agent} {problem}")
 

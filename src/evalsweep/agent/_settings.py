@@ -1,9 +1,9 @@
 """The person's rules for the agent, read from their configuration file.
 
-Limits, approval rules, rates, throughput figures and the folders whose task files
-agents may name come only from the configuration (``[limits]``, ``[approval]``,
-``[rates]``, ``[throughput]``, ``[agent]``), which evalsweep never writes; no MCP tool
-can change them.
+Limits, approval rules, rates, throughput figures, the folders whose task files agents
+may name and the folders whose training runs they may name come only from the
+configuration (``[limits]``, ``[approval]``, ``[rates]``, ``[throughput]``, ``[agent]``),
+which evalsweep never writes; no MCP tool can change them.
 """
 
 from __future__ import annotations
@@ -42,6 +42,7 @@ class AgentSettings:
     rates: dict[str, float] = field(default_factory=dict)
     throughput: dict[str, float] = field(default_factory=dict)
     task_dirs: tuple[Path, ...] = ()
+    run_dirs: tuple[Path, ...] = ()
 
     @classmethod
     def from_config(cls, config: dict[str, Any] | None = None) -> AgentSettings:
@@ -66,6 +67,7 @@ class AgentSettings:
             rates={str(k): _number(rates, k, 0.0, "rates") for k in rates},
             throughput={str(k): _number(throughput, k, 0.0, "throughput") for k in throughput},
             task_dirs=_folders(agent, "task_dirs"),
+            run_dirs=_folders(agent, "run_dirs"),
         )
 
     def ledger_limits(self) -> Limits:

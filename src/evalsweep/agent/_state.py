@@ -44,7 +44,14 @@ from evalsweep.agent._approvals import (
 )
 from evalsweep.agent._inputs import QUOTE_ID, InputError, check_id, unechoed
 from evalsweep.agent._jobs import Jobs
-from evalsweep.agent._models import QuoteOut, ResultsTable, TaskWork
+from evalsweep.agent._models import (
+    LeftOut,
+    QuoteOut,
+    ResultsTable,
+    RunCheckpoint,
+    RunQuote,
+    TaskWork,
+)
 from evalsweep.agent._quotes import GateError, Quote, load_quote
 from evalsweep.agent._secrets import SecretBox
 from evalsweep.agent._settings import AgentSettings
@@ -79,6 +86,24 @@ class Consent(BaseModel):
     """The person's answer to an approval question (a flat schema, as elicitation needs)."""
 
     approve: bool = Field(description="Approve this spend")
+
+
+def run_quote(quote: Quote) -> RunQuote | None:
+    """A quoted run as the agent is told it: its checkpoints in step order with their
+    pinned identities, and those left out (their names as a person is shown them)."""
+    run = quote.params.get("run")
+    if not run:
+        return None
+    identity = {pair["reference"]: pair["identity"] for pair in quote.preview["identities"]}
+    return RunQuote(
+        references=list(run["references"]),
+        selection=dict(run["selection"]),
+        checkpoints=[
+            RunCheckpoint(reference=ref, step=run["steps"].get(ref), identity=identity[ref])
+            for ref in quote.params["checkpoints"]
+        ],
+        left_out=[LeftOut(checkpoint=name, why=why) for name, why in run["left_out"]],
+    )
 
 
 class AgentState:
@@ -372,6 +397,7 @@ class AgentState:
             checkpoint_loads=int(p.get("checkpoint_loads", 0)),
             throughput_tokens_per_s=round(float(p.get("throughput", 0.0)), 1),
             throughput_source=str(p.get("throughput_source", "")),
+            run=run_quote(quote),
         )
 
     def load_or_refuse(self, quote_id: str) -> Quote:

@@ -5,6 +5,7 @@ returns its id; ``job_status`` and ``job_logs`` follow it. (Annotations are
 evaluated at definition time on purpose; see ``_state``.)
 """
 
+import dataclasses
 import functools
 import time
 from pathlib import Path
@@ -39,6 +40,7 @@ from evalsweep.agent._models import (
     LogPage,
     QuoteOut,
     ResultsTable,
+    RunTrend,
     SecretNames,
     Spend,
     TargetList,
@@ -48,6 +50,7 @@ from evalsweep.agent._models import (
 )
 from evalsweep.agent._options import check_bounds, with_agent_options
 from evalsweep.agent._quotes import GateError, create_quote, params_hash
+from evalsweep.agent._runs import expand_run
 from evalsweep.agent._state import READ, SPEND, WRITE, AgentState, ToolRegistrar
 from evalsweep.agent._views import headline, table_text
 from evalsweep.compute import LifecycleTarget
@@ -57,7 +60,11 @@ from evalsweep.text import visible
 
 Checkpoints = Annotated[
     list[str],
-    Field(description="Checkpoints to compare: folders, org/name or org/name@revision"),
+    Field(
+        description="Checkpoints to compare: folders, org/name or org/name@revision; or a "
+        "training run: a run folder the person allows ([agent] run_dirs) or org/model@step*, "
+        "expanded to its checkpoints in step order (choose them with steps, every, last)"
+    ),
 ]
 Tasks = Annotated[
     list[str], Field(description="Task names from list_tasks, e.g. mmlu, gsm8k, mmlu_anatomy")
@@ -90,6 +97,39 @@ def _local_device(target: str, kind: str, hardware: str, gpu: str | None) -> str
             f"({hardware}); leave gpu out"
         )
     return "auto"
+
+
+@dataclasses.dataclass(frozen=True)
+class _RunRead:
+    document: Any
+    result: Any
+
+
+def _run_document(state: AgentState, params: dict[str, Any], job_id: str) -> _RunRead:
+    """A finished run job's results as the trend reads them: its stored scores, each
+    checkpoint against the first and the one before it (one Holm family), the steps the
+    quote pinned."""
+    from evalsweep.comparison import compare_run
+    from evalsweep.engine import stored_sweep
+    from evalsweep.report import results_document
+
+    checkpoints = list(params["checkpoints"])
+    result = stored_sweep(
+        state.store, checkpoints, list(params["tasks"]), params.get("num_fewshot"),
+        scores_only=True,
+    )  # fmt: skip
+    against_first, previous = compare_run(result, None)
+    document = results_document(
+        result, ["mcp:run_trend", job_id], against_first,
+        steps=dict(params["run"]["steps"]), previous=previous,
+    )  # fmt: skip
+    return _RunRead(document, result)
+
+
+def _given(params: dict[str, Any]) -> list[str]:
+    """The checkpoints as the agent named them in the quote (a run as its reference)."""
+    run = params.get("run")
+    return list(run["references"]) if run else list(params["checkpoints"])
 
 
 def register_sweep_tools(state: AgentState, tool: ToolRegistrar, consent_type: Any) -> None:
@@ -140,11 +180,17 @@ def register_sweep_tools(state: AgentState, tool: ToolRegistrar, consent_type: A
         return TargetList(targets=rows)
 
     async def sweep_params(
-        checkpoints: list[str], tasks: list[str], target: str, options: dict[str, Any]
+        checkpoints: list[str],
+        tasks: list[str],
+        target: str,
+        options: dict[str, Any],
+        pinned: dict[str, Any] | None = None,
     ) -> tuple[dict[str, Any], Any]:
         """The quote's parameters: each one changes the job, and the price follows the job.
 
         ``options``: the agent options as sent, by MCP parameter name (``gpu``, ``limit``...).
+        A run among ``checkpoints`` is expanded to its selected checkpoints in step order
+        (``pinned``: a quote's run, whose ``checkpoints`` are that expansion already).
         """
         tasks = check_sweep(checkpoints, tasks, state.settings.task_dirs)
         check_bounds(options)
@@ -152,6 +198,13 @@ def register_sweep_tools(state: AgentState, tool: ToolRegistrar, consent_type: A
         sent = {str(each.agent): options.get(str(each.agent)) for each in agent_options()}
         values = {each.name: sent[str(each.agent)] for each in agent_options()}
         values["device"] = _local_device(target, info.kind, info.hardware, sent["gpu"])
+        run = pinned
+        if run is None:
+            checkpoints, run = await anyio.to_thread.run_sync(
+                expand_run, list(checkpoints), values, state.settings.run_dirs
+            )
+            if run is not None:
+                tasks = check_sweep(checkpoints, tasks, state.settings.task_dirs)
         work = await anyio.to_thread.run_sync(
             functools.partial(
                 plan_work, list(checkpoints), list(tasks), data_dir=state.data_dir, **values
@@ -168,6 +221,8 @@ def register_sweep_tools(state: AgentState, tool: ToolRegistrar, consent_type: A
             "identities": [c["identity"] for c in work.identities],
             "work_hash": work.work_hash,
         }
+        if run is not None:
+            params["run"] = run
         return params, work
 
     @tool(WRITE)  # records a quote; starts nothing
@@ -252,8 +307,9 @@ def register_sweep_tools(state: AgentState, tool: ToolRegistrar, consent_type: A
             except EvalsweepError:
                 tasks = [f"refused: {name}" for name in tasks]  # differs, so refused below
         restated = {"checkpoints": checkpoints, "tasks": tasks, "target": target, **options}
+        given = {**quote.params, "checkpoints": _given(quote.params)}
         for key, value in restated.items():
-            if value is not None and value != quote.params.get(key):
+            if value is not None and value != given.get(key):
                 raise refuse(
                     store,
                     quote_id,
@@ -264,7 +320,9 @@ def register_sweep_tools(state: AgentState, tool: ToolRegistrar, consent_type: A
         q = quote.params
         try:  # planned again: the checkpoints and prompts must be what was quoted
             quoted = {each.agent: q[each.agent] for each in agent_options() if each.agent}
-            now_params, work = await sweep_params(q["checkpoints"], q["tasks"], q["target"], quoted)
+            now_params, work = await sweep_params(
+                q["checkpoints"], q["tasks"], q["target"], quoted, q.get("run")
+            )
         except EvalsweepError as exc:
             raise refuse(store, quote_id, quote.target, str(exc)) from None
         connection = state.connection(ctx)
@@ -378,6 +436,49 @@ def register_sweep_tools(state: AgentState, tool: ToolRegistrar, consent_type: A
         return state.table_page(
             table_text(document, subjects), results, comparisons, baseline, offset
         )
+
+    @tool(READ)
+    async def run_trend(
+        job_id: JobId,
+        best_by: Annotated[
+            list[str] | None,
+            Field(description="Tasks the best checkpoint is chosen by (default: every task)"),
+        ] = None,
+    ) -> RunTrend:
+        """A finished sweep of a training run, in words: per task the baseline against the
+        last checkpoint and each significant change since the checkpoint before; the best
+        checkpoint by best_by and whether a paired test finds it better than each other
+        checkpoint (Holm-adjusted), as the terminal trend view says it."""
+        check_id(job_id, JOB_ID, "job_id")
+        job = state.jobs.refresh(job_id)
+        params = job["params"]
+        if job["status"] != "finished":
+            raise TargetError(f"job {job_id} is {job['status']}; its trend comes when it finished")
+        run = params.get("run")
+        if not run or len(run["steps"]) < 2:
+            raise InputError(f"job {job_id} is not a sweep of a training run (quote a run)")
+        from evalsweep.report import trend_summary, with_best
+
+        read = _run_document(state, params, job_id)  # the store is this thread's
+        names = list(dict.fromkeys(r.task for r in read.document.results))
+        for index, name in enumerate(best_by or []):
+            if name not in names:
+                raise InputError(f"best_by[{index}] is not a task of job {job_id}: "
+                                 f"{', '.join(names)}")  # fmt: skip
+        shown = with_best(read.document, read.result, best_by)
+        lines = [visible(line) for line in trend_summary(shown)]
+        rows = [c.to_dict() for c in shown.best or []]
+        out = RunTrend(
+            job_id=job_id,
+            text="\n".join(lines) + "\n",
+            lines=lines,
+            best=shown.best[0].candidate if shown.best else None,
+            best_by=list(dict.fromkeys(str(r["task"]) for r in rows)),
+            best_comparisons=rows,
+        )
+        if not state.fits(out):
+            raise InputError("the run's trend is larger than the result cap")
+        return out
 
     @tool(READ)
     async def compare(

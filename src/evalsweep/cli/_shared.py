@@ -33,8 +33,9 @@ baseline_option = click_option("baseline")
 subjects_option = click_option("subjects")
 #: ``--fail-on-regression``: exit status 3 on a regression verdict.
 fail_on_regression_option = click_option("fail_on_regression")
-#: ``--steps``, ``--every``, ``--last``: which checkpoints of a run.
-selection_options = click_options(("steps", "every", "last"))
+#: ``--steps``, ``--every``, ``--last``: which checkpoints of a run; ``--best-by``: which
+#: of them is best.
+selection_options = click_options(("steps", "every", "last", "best_by"))
 #: ``--data-dir`` of `evalsweep mcp` (env EVALSWEEP_DATA_DIR).
 data_dir_option = click_option(
     "data_dir", help="Local benchmark data for sweeps the agent starts. Env: EVALSWEEP_DATA_DIR."

@@ -55,7 +55,8 @@ def run(checkpoints: tuple[str, ...], **values: Any) -> None:
     spec = build_spec(checkpoints, values)
     baseline, as_json, out = values["baseline"], values["as_json"], values["out"]
     pick_baseline(list(checkpoints), baseline)  # a wrong --baseline fails before any compute
-    job = SweepJob(spec, baseline, expansion.steps if expansion.one_run else None)
+    best_by = tuple(task_list(values["best_by"])) if values["best_by"] else None
+    job = SweepJob(spec, baseline, expansion.steps if expansion.one_run else None, best_by)
     with Store(values["store"] or default_store_path()) as results_store:
         where = get_target(values["target"], store=results_store)
         bars = progress_display(_output.stderr, enabled=not as_json or sys.stderr.isatty())
@@ -90,7 +91,7 @@ def _stored_document(
     and ``report`` show them; also the references in order."""
     from evalsweep.comparison import compare_results, compare_run, pick_baseline
     from evalsweep.engine import stored_sweep
-    from evalsweep.report import results_document
+    from evalsweep.report import results_document, with_best
 
     expansion = expand_checkpoints(checkpoints, values)
     references = expansion.references
@@ -109,6 +110,8 @@ def _stored_document(
         document = results_document(
             result, sys.argv, comparisons, steps=expansion.steps, previous=previous
         )
+        best_by = task_list(values["best_by"]) if values.get("best_by") else None
+        document = with_best(document, result, best_by)
     else:
         document = results_document(result, sys.argv, compare_results(result, baseline))
     return document, result, references

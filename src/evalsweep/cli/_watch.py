@@ -26,7 +26,7 @@ import click
 from evalsweep.cli import _output
 from evalsweep.cli._group import main
 from evalsweep.cli._output import no_color_option, note, say, user_errors, warn
-from evalsweep.options import OPTIONS, click_options
+from evalsweep.options import OPTIONS, click_options, task_list
 
 #: ``evalsweep run``'s options that a watch takes too (not how one document is shown).
 WATCH_OPTIONS = tuple(
@@ -213,7 +213,8 @@ def _score(
     baseline = values.get("baseline")
     if baseline not in ready:
         baseline = None  # until the named baseline is saved, the first one is
-    job = SweepJob(spec, baseline, steps if len(ready) > 1 else None)
+    best_by = tuple(task_list(values["best_by"])) if values.get("best_by") else None
+    job = SweepJob(spec, baseline, steps if len(ready) > 1 else None, best_by)
     with Store(values["store"] or default_store_path()) as store:
         where = get_target(values["target"], store=store)
         with progress_display(_output.stderr) as shown:

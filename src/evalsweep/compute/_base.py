@@ -39,11 +39,13 @@ class SweepJob:
         spec: the engine's spec (what a local or Ray run executes).
         baseline: the checkpoint the others are compared with.
         steps: each checkpoint's training step, when they are one run (in step order).
+        best_by: the tasks a run's best checkpoint is chosen by (default: every task).
     """
 
     spec: SweepSpec
     baseline: str | None = None
     steps: dict[str, int] | None = None
+    best_by: tuple[str, ...] | None = None
 
     @property
     def run_args(self) -> tuple[str, ...]:

@@ -25,7 +25,7 @@ def run_on_target(
     training run (``job.steps``) is also compared checkpoint to checkpoint.
     """
     from evalsweep.comparison import compare_results, compare_run
-    from evalsweep.report import document_json, results_document
+    from evalsweep.report import document_json, results_document, with_best
 
     ran = target.run(job, store, progress)
     if ran.document is not None:
@@ -38,6 +38,7 @@ def run_on_target(
         document = dataclasses.replace(
             document, comparisons=against_baseline, previous=previous, steps=dict(job.steps)
         )
+        document = with_best(document, ran.result, job.best_by)
     document = dataclasses.replace(document, compute=ran.compute)
     store.save_run(document.run_id, document_json(document, indent=None))
     return document, ran.result

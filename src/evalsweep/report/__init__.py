@@ -4,7 +4,14 @@ Everything here reads finished results; nothing here computes a score.
 """
 
 from evalsweep.report._audit import render_audit
-from evalsweep.report._document import results_document, sample_lines, write_outputs, write_text
+from evalsweep.report._document import (
+    best_choice,
+    results_document,
+    sample_lines,
+    with_best,
+    write_outputs,
+    write_text,
+)
 from evalsweep.report._flips import render_flips
 from evalsweep.report._html import render_html, write_html
 from evalsweep.report._markdown import render_markdown
@@ -29,7 +36,15 @@ from evalsweep.report._summary import (
 )
 from evalsweep.report._table import display_names, render_subject_table, render_table
 from evalsweep.report._targets import render_targets
-from evalsweep.report._trend import Trend, TrendPoint, render_trend, sparkline, trends
+from evalsweep.report._trend import (
+    Trend,
+    TrendPoint,
+    best_summary,
+    render_trend,
+    sparkline,
+    trend_summary,
+    trends,
+)
 
 __all__ = [
     "SCHEMA_VERSION",
@@ -60,8 +75,12 @@ __all__ = [
     "render_trend",
     "sparkline",
     "trends",
+    "best_choice",
+    "best_summary",
     "results_document",
     "sample_lines",
+    "trend_summary",
+    "with_best",
     "summary_text",
     "verdict_summary",
     "write_html",

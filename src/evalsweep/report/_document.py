@@ -101,6 +101,61 @@ def results_document(
     )
 
 
+def best_choice(
+    document: ResultDocument, best_by: Sequence[str] | None = None
+) -> tuple[str, list[tuple[str, str]]] | None:
+    """The best checkpoint of a run by the tasks ``best_by`` (default: every task): the
+    highest mean, over those tasks, of each task's headline metric (its first) as the
+    document shows it; with the (task, metric) rows it was chosen by. ``None`` when the
+    checkpoints are not one run, or no checkpoint has a value on every chosen task.
+
+    Raises:
+        ConfigError: a task of ``best_by`` the document has no result for.
+    """
+    from evalsweep.errors import ConfigError
+
+    if not document.steps or len(document.references) < 2:
+        return None
+    rows = [r for r in document.results if r.level == "task"]
+    headline: dict[str, str] = {}
+    for row in rows:
+        headline.setdefault(row.task, row.metric)
+    chosen = list(best_by) if best_by else list(headline)
+    unknown = [t for t in chosen if t not in headline]
+    if unknown:
+        raise ConfigError(
+            f"--best-by {unknown[0]!r} is not a task of these results: {', '.join(headline)}"
+        )
+    picked = [(task, headline[task]) for task in dict.fromkeys(chosen)]
+    values = {(r.checkpoint, r.task, r.metric): r.value for r in rows}
+    means: dict[str, float] = {}
+    for reference in document.references:
+        found = [values.get((reference, task, metric)) for task, metric in picked]
+        if all(v is not None for v in found):
+            means[reference] = sum(v for v in found if v is not None) / len(found)
+    if not means:
+        return None
+    best = max(means, key=means.__getitem__)  # the earliest of equal ones
+    return best, picked
+
+
+def with_best(
+    document: ResultDocument, result: SweepResult, best_by: Sequence[str] | None = None
+) -> ResultDocument:
+    """``document`` with its run's best checkpoint (by ``best_by``, see :func:`best_choice`)
+    tested against each other checkpoint (:func:`evalsweep.comparison.compare_best`);
+    unchanged when the checkpoints are not one run."""
+    import dataclasses
+
+    from evalsweep.comparison import compare_best
+
+    choice = best_choice(document, best_by)
+    if choice is None:
+        return document
+    best, rows = choice
+    return dataclasses.replace(document, best=compare_best(result, best, rows))
+
+
 def sample_lines(result: SweepResult) -> Iterator[dict[str, Any]]:
     """One record per (checkpoint, task, document), in task and document order."""
     for item in result.results:

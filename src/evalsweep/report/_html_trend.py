@@ -4,7 +4,8 @@ One Plotly chart per task metric, then one per MMLU category: the score at each
 step with its 95% interval as a band, and marks where a paired test says a
 checkpoint improved or regressed against the checkpoint before it (filled
 triangles) or against the baseline (open triangles). The best checkpoint is
-starred, and the words under each chart say what the paired tests say about it.
+starred, and the words under each chart say what the paired tests say about it: for a
+run's best by the chosen tasks, whether it is better than each other checkpoint.
 The charts draw :func:`evalsweep.report.trends`; nothing is recomputed.
 """
 
@@ -17,7 +18,7 @@ from typing import Any
 
 from evalsweep.report._numbers import fixed, p_value, points
 from evalsweep.report._schema import ResultDocument
-from evalsweep.report._trend import Trend, TrendPoint, trends
+from evalsweep.report._trend import Trend, TrendPoint, best_summary, trends
 from evalsweep.stats import Comparison
 
 #: (trace name, which row, verdict, symbol, colour): the marks, in legend order.
@@ -49,6 +50,9 @@ def trend_section(
     ]
     for index, trend in enumerate(headline):
         parts.append(_chart(trend, f"trend-plot-{index}", embed, go))
+    best = best_summary(document)
+    if best and len({c.task for c in document.best or ()}) > 1:  # said once for them all
+        parts.append(f"<p class='evidence'>{html.escape(best)}</p>")
     categories = trends(document, level="category")
     per_task: dict[str, int] = {}
     for trend in categories:

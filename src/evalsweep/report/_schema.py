@@ -14,13 +14,15 @@ Versions:
 * 1: the untyped documents written before ``schema_version`` existed (no key).
   Their fields are exactly version 2's, so they are read as version 2.
 * 2: the fields of version 3 without ``steps`` and ``previous``.
-* 3: this module's :class:`ResultDocument`: a training run's checkpoints carry their
+* 3: the fields of version 4 without ``best``: a training run's checkpoints carry their
   steps, and each is also compared with the one before it (``previous``).
+* 4: this module's :class:`ResultDocument`: a run's best checkpoint (by the chosen
+  tasks) is also tested against each other checkpoint (``best``).
 
 A document of a version newer than :data:`SCHEMA_VERSION` is refused by name.
 The JSON written is what ``--json`` always printed, with ``schema_version``
 first; optional sections (``compute``, ``secrets_received``, ``demo``, ``steps``,
-``previous``) appear
+``previous``, ``best``) appear
 only when present.
 """
 
@@ -37,7 +39,7 @@ from evalsweep.datafiles import display_path, parse_json_text, read_json_text
 from evalsweep.errors import DataError
 from evalsweep.stats import Comparison, Verdict
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 """The version :func:`document_json` writes; :func:`parse_document` reads 1 up to this."""
 
 JSONObject = dict[str, Any]
@@ -133,6 +135,9 @@ class ResultDocument:
     previous: list[Comparison] | None = None
     """A run's checkpoints each against the one before it (the baseline's rows excepted),
     under the same multiplicity control as ``comparisons``."""
+    best: list[Comparison] | None = None
+    """A run's best checkpoint (``candidate``) against each other one (``baseline``), on
+    the headline metrics of the tasks it was chosen by, in one Holm family of their own."""
     schema_version: int = field(default=SCHEMA_VERSION)
 
     @property
@@ -193,6 +198,8 @@ class ResultDocument:
             data["steps"] = dict(self.steps)
         if self.previous is not None:
             data["previous"] = [c.to_dict() for c in self.previous]
+        if self.best is not None:
+            data["best"] = [c.to_dict() for c in self.best]
         return data
 
 
@@ -355,7 +362,7 @@ def _version(top: _Fields) -> int:
 
 def _document(value: Any, where: str) -> ResultDocument:
     top = _Fields(value, where, "")
-    _version(top)  # 1 to 3 differ only by optional sections; an upgrade step goes here
+    _version(top)  # 1 to 4 differ only by optional sections; an upgrade step goes here
     top.known({*_TOP_FIELDS, "schema_version"})
     demo = top.fields("demo") if "demo" in top.value else None
     return ResultDocument(
@@ -375,6 +382,7 @@ def _document(value: Any, where: str) -> ResultDocument:
         demo=_demo(demo) if demo is not None else None,
         steps=_counts(top.fields("steps")) if "steps" in top.value else None,
         previous=top.items("previous", _comparison, optional=True),
+        best=top.items("best", _comparison, optional=True),
         schema_version=SCHEMA_VERSION,
     )
 
@@ -382,7 +390,7 @@ def _document(value: Any, where: str) -> ResultDocument:
 _TOP_FIELDS = {
     "run_id", "created", "evalsweep_version", "command", "settings", "checkpoints", "results",
     "computed_documents", "comparisons", "environment", "seconds", "compute",
-    "secrets_received", "demo", "steps", "previous",
+    "secrets_received", "demo", "steps", "previous", "best",
 }  # fmt: skip
 
 

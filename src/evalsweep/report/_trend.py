@@ -6,7 +6,10 @@ drop is real, and which checkpoint to promote. :func:`trends` reads that out of 
 result document whose checkpoints are one run (``document.steps``): per task metric
 (and per MMLU category, without verdicts), each checkpoint's score with its 95%
 interval, its paired verdict against the baseline and against the checkpoint
-before it, and the best checkpoint with the paired evidence about it.
+before it, and the best checkpoint with the paired evidence about it: where the
+document holds its ``best`` rows, the best by the chosen tasks tested against each
+other checkpoint (Holm-adjusted), so a higher number alone is never called better.
+:func:`trend_summary` says the same in words (the MCP ``run_trend`` tool).
 :func:`render_trend` lays it out for a terminal of 100 columns; the HTML report
 draws the same :class:`Trend` records. Nothing here computes a score or a test.
 """
@@ -83,6 +86,8 @@ def trends(document: ResultDocument, level: str = "task") -> list[Trend]:
     against_previous = {
         (c.candidate, c.task, c.metric): c for c in document.previous or () if c.subject is None
     }
+    best_rows = list(document.best or ())
+    chosen = best_rows[0].candidate if best_rows else None
     found = []
     for task, metric, group in keys:
         marks = level == "task"
@@ -113,7 +118,13 @@ def trends(document: ResultDocument, level: str = "task") -> list[Trend]:
             )
         n = max(r.n for r in rows if (r.task, r.metric, r.group) == (task, metric, group))
         best = _best(line)
-        evidence = _evidence(best, line, baseline, names) if marks and best else ""
+        tested = [c for c in best_rows if (c.task, c.metric) == (task, metric)] if marks else []
+        if tested:
+            best = next((p for p in line if p.reference == chosen and p.value is not None), best)
+            by = [c.task for c in best_rows]
+            evidence = _best_words(tested, names, steps, by, len(best_rows))
+        else:
+            evidence = _evidence(best, line, baseline, names) if marks and best else ""
         found.append(Trend(task, metric, group, n, line, best, evidence))
     return found
 
@@ -156,6 +167,105 @@ def _against(row: Comparison, other: str, inverted: bool = False) -> str:
         Verdict.NO_SIGNIFICANT_CHANGE: "not shown better than",
     }[verdict]
     return f"{word} {other} ({points(delta)} points, adjusted p = {p_value(row.p_adjusted)})"
+
+
+def _best_words(
+    rows: Sequence[Comparison],
+    names: dict[str, str],
+    steps: dict[str, int],
+    by: Sequence[str] = (),
+    family: int | None = None,
+) -> str:
+    """What the paired tests of the best checkpoint against each other one say, from its
+    side (each row: baseline = the other, candidate = the best); ``by``: the tasks it was
+    chosen by and ``family`` the number of rows adjusted together, when ``rows`` are only
+    some of them."""
+    best = rows[0].candidate
+    tasks = list(dict.fromkeys(c.task for c in rows))
+    said = []
+    for row in rows:
+        word = {
+            Verdict.IMPROVEMENT: "better than",
+            Verdict.REGRESSION: "worse than",
+            Verdict.NO_SIGNIFICANT_CHANGE: "not shown better than",
+        }[row.verdict]
+        where = f" on {row.task}" if len(tasks) > 1 else ""
+        said.append(
+            f"{word} {names.get(row.baseline, row.baseline)}{where} ({points(row.delta)} "
+            f"points, adjusted p = {p_value(row.p_adjusted)})"
+        )
+    behind = {c.baseline for c in rows if c.verdict is not Verdict.IMPROVEMENT}
+    others = len({c.baseline for c in rows})
+    if not behind:
+        verdict = f"significantly better than each of the {others} other checkpoints"
+    else:
+        verdict = (
+            f"not shown better than {len(behind)} of the {others} other checkpoints: "
+            "a higher number there may be chance"
+        )
+    step = steps.get(best)
+    label = names.get(best, best) + (f" (step {step})" if step is not None else "")
+    chosen = ", ".join(dict.fromkeys(by or tasks))
+    return (
+        f"best by {chosen}: {label}; {verdict}. Paired tests on the same questions, "
+        f"Holm-adjusted over its {family or len(rows)} comparisons: " + "; ".join(said)
+    )
+
+
+def best_summary(document: ResultDocument) -> str:
+    """The run's best checkpoint by the chosen tasks and what the paired tests against each
+    other checkpoint say (empty when the document holds no ``best`` rows)."""
+    if not document.best:
+        return ""
+    return _best_words(document.best, display_names(document.references), document.steps or {})
+
+
+def trend_summary(document: ResultDocument) -> list[str]:
+    """A run's trend in words, from :func:`trends` (what the terminal and HTML views draw):
+    per task metric, the baseline against the last checkpoint, and each significant change
+    since the checkpoint before; then the best checkpoint by the chosen tasks with its
+    tests against each other checkpoint. Empty unless the checkpoints are one run."""
+    lines = []
+    for trend in trends(document):
+        first, last = trend.points[0], trend.points[-1]
+        against = last.vs_baseline
+        if against is None:
+            change = "no paired test"
+        else:
+            word = {
+                Verdict.IMPROVEMENT: "better than the baseline",
+                Verdict.REGRESSION: "worse than the baseline",
+                Verdict.NO_SIGNIFICANT_CHANGE: "no significant change from the baseline",
+            }[against.verdict]
+            change = (
+                f"{word}: {points(against.delta)} points, adjusted p = "
+                f"{p_value(against.p_adjusted)}"
+            )
+        lines.append(
+            f"{trend.title}: baseline {_named(first)} {fixed(first.value)} -> last "
+            f"{_named(last)} {fixed(last.value)} ({change})"
+        )
+        steps_seen = [
+            f"{_named(p)} {'up' if p.vs_previous.verdict is Verdict.IMPROVEMENT else 'down'} "
+            f"{points(p.vs_previous.delta)} points (adjusted p = "
+            f"{p_value(p.vs_previous.p_adjusted)})"
+            for p in trend.points
+            if p.vs_previous is not None
+            and p.vs_previous.verdict is not Verdict.NO_SIGNIFICANT_CHANGE
+        ]
+        if steps_seen:
+            said = "; ".join(steps_seen)
+            lines.append(f"  significant changes since the checkpoint before: {said}")
+        else:
+            lines.append("  no significant change from one checkpoint to the next")
+    best = best_summary(document)
+    if best:
+        lines.append(best)
+    return lines
+
+
+def _named(point: TrendPoint) -> str:
+    return point.label + (f" (step {point.step})" if point.step is not None else "")
 
 
 def sparkline(values: Sequence[float | None]) -> str:
@@ -206,6 +316,10 @@ def render_trend(document: ResultDocument) -> Group:
         parts.append(table)
         if trend.evidence:
             parts.append(Text(trend.evidence, style="dim"))
+        parts.append(Text(""))
+    best = best_summary(document)
+    if best and len({c.task for c in document.best or ()}) > 1:
+        parts.append(Text(best))  # chosen by several tasks: said once, after them all
         parts.append(Text(""))
     return Group(*parts[:-1])
 
