@@ -310,3 +310,31 @@ def test_a_forgery_that_fools_one_process_is_never_a_pass() -> None:
     assert "passes in one process" in got[1].verdict.detail
     assert got[1].verdict.human_eval_result().startswith("unsupported: ")
     assert [r.verdict.status for r in (got[0], got[2], got[3])] == ["passed"] * 3
+
+
+def test_a_program_recurses_exactly_as_deep_as_in_one_process() -> None:
+    program = "def f(x):\n    return 0 if x == 0 else 1 + f(x - 1)\n"
+
+    def request(n: int) -> ExecutionRequest:
+        test = FunctionTest(f"def check(candidate):\n    assert candidate({n}) == {n}\n", "f")
+        return ExecutionRequest(program, test=test, limits=LIMITS)
+
+    depths = range(980, 1000)
+    oracle = {n: one_process(request(n)) for n in depths}
+    assert any(oracle.values()) and not all(oracle.values())  # the boundary is in the window
+    for native_loop in (True, False):
+        with ExecutionService(workers=1, limits=LIMITS, native_loop=native_loop) as service:
+            results = service.run_many([request(n) for n in depths])
+        for n, result in zip(depths, results, strict=True):
+            faithful = result.verdict.status in ("passed", "unsupported")
+            assert faithful == oracle[n], (n, native_loop, result.verdict)
+
+
+def test_the_site_builtins_are_there_as_in_one_process() -> None:
+    program = "def f(x):\n    return [exit, quit, help, copyright, credits, license]\n"
+    test = "def check(candidate):\n    assert len(candidate(1)) == 6\n"
+    request = ExecutionRequest(program, test=FunctionTest(test, "f"), limits=LIMITS)
+    assert one_process(request)
+    with ExecutionService(workers=1, limits=LIMITS) as service:
+        (result,) = service.run_many([request])
+    assert result.verdict.status == "passed", result.verdict

@@ -83,8 +83,37 @@ def _describe(error: BaseException, test_from_line: int) -> dict[str, Any]:
     }
 
 
+def _recursion_depth() -> int:
+    """The interpreter's own count of the recursion depth here (frames and C-level calls).
+
+    ``sys.setrecursionlimit`` refuses a limit below the current depth and names
+    that depth; nothing else reports the count the limit is checked against.
+    """
+    try:
+        sys.setrecursionlimit(1)
+    except RecursionError as error:
+        words = str(error).split()
+        if "depth" in words:
+            following = words[words.index("depth") + 1].rstrip(":")
+            if following.isdigit():
+                return int(following)
+    raise RuntimeError("cannot read the recursion depth")
+
+
+# The depth ``python -c "exec(program, {})"`` counts where it calls ``exec`` (its
+# module level): the program's own frames start at the same height here.
+_PLAIN_DEPTH = 3
+
+
 def run_plain(source: str, report_fd: int, test_from_line: int) -> NoReturn:
-    """Run the joined program; report ``passed`` or what it raised on ``report_fd``; exit."""
+    """Run the joined program; report ``passed`` or what it raised on ``report_fd``; exit.
+
+    The recursion limit is raised by the frames this process holds below the
+    program (the zygote's and this harness's), so a program recurses exactly
+    as deep as it would in a plain interpreter.
+    """
+    limit = sys.getrecursionlimit()
+    sys.setrecursionlimit(limit + _recursion_depth() - _PLAIN_DEPTH)
     namespace: dict[str, Any] = {}
     swallowed = _Swallowed()
     report: dict[str, Any]

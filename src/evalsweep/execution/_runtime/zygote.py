@@ -190,6 +190,7 @@ class Zygote:
         if config.get("seccomp"):
             self.seccomp = linux.SeccompProgram(config["seccomp"])
             self.sample_seccomp = linux.SeccompProgram(config["seccomp_sample"])
+        _site_builtins()
         preload = list(config["preload"])
         if self.switch_to is not None:
             # Samples run as another host uid, which may not be able to read
@@ -326,3 +327,18 @@ def serve_control(control_fd: int) -> NoReturn:
             )
         os._exit(SETUP_FAILED)
     zygote.serve()
+
+
+def _site_builtins() -> None:
+    """What the ``site`` module adds to builtins in a plain ``python``: ``exit``, ``quit``,
+    ``help``, ``copyright``, ``credits``, ``license``.
+
+    Zygotes start with ``-S`` (no ``site``: it would put the user's directories on the
+    import path), but programs and tests use these names as they would in any
+    interpreter. Importing ``site`` explicitly under ``-S`` changes nothing else.
+    """
+    import site
+
+    site.setquit()
+    site.setcopyright()
+    site.sethelper()
