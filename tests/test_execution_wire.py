@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import collections
 import math
 import os
 from typing import Any
@@ -70,10 +69,13 @@ def test_container_subclasses_are_read_through_the_base_type() -> None:
         def __str__(self) -> str:
             return "forged"
 
-    counter = collections.Counter("aab")
-    back = _roundtrip([Sneaky([1, 2]), Texty("real"), counter, collections.OrderedDict(a=1)])
-    assert back == [[1, 2], "real", {"a": 2, "b": 1}, {"a": 1}]
-    assert [type(item) for item in back] == [list, str, dict, dict]
+    class Loud(dict):  # type: ignore[type-arg]
+        def __eq__(self, other: object) -> bool:
+            return True
+
+    back = _roundtrip([Sneaky([1, 2]), Texty("real"), Loud(a=1)])
+    assert back == [[1, 2], "real", {"a": 1}]
+    assert [type(item) for item in back] == [list, str, dict]
 
 
 def test_objects_that_are_not_plain_data_travel_as_references() -> None:
@@ -85,8 +87,8 @@ def test_objects_that_are_not_plain_data_travel_as_references() -> None:
 
     tree = wire.encode({"f": len, "g": (x for x in ())}, make_ref)
     assert tree == {
-        "f": {"~": "r", "v": [1, "builtin_function_or_method"]},
-        "g": {"~": "r", "v": [2, "generator"]},
+        "f": {"~": "r", "v": [1, "builtin_function_or_method", 0]},
+        "g": {"~": "r", "v": [2, "generator", 0]},
     }
     back = wire.load_json(wire.dump_json(tree), lambda rid, name: (rid, name))
     assert back == {"f": (1, "builtin_function_or_method"), "g": (2, "generator")}
