@@ -120,9 +120,6 @@ class _Effects:
         sys.stdout, sys.stderr = self._out, self._err
         self._record: list[Any] = []
         self._server.recording = self._record
-        filters: Any = warnings.filters
-        filters.insert(0, _ALWAYS)
-        warnings._filters_mutated()  # type: ignore[attr-defined]
         return self.extra
 
     def __exit__(self, *exc: object) -> None:
@@ -132,10 +129,6 @@ class _Effects:
         if sys.stderr is self._err:
             sys.stderr = err
         self._server.recording = recording
-        filters: Any = warnings.filters
-        with contextlib.suppress(ValueError):
-            filters.remove(_ALWAYS)
-        warnings._filters_mutated()  # type: ignore[attr-defined]
         if self._out.parts or self._err.parts:
             self.extra["o"] = ["".join(self._out.parts), "".join(self._err.parts)]
         if self._record:
@@ -204,22 +197,22 @@ class _Server(wire.Endpoint):
         """The "ready" message, with the lookups of ``announce`` (one encoder: one graph)."""
         encoder = wire.Encoder(self.make_ref)
         names = {}
-        for name in announce:
-            with contextlib.suppress(Exception):  # the judge will ask, and see it then
-                with wire.raised_recursion_limit():
+        with wire.raised_recursion_limit():
+            for name in announce:
+                with contextlib.suppress(Exception):  # the judge will ask, and see it then
                     names[name] = self.lookup(name, encoder)
-                if names[name]["t"] == "ok":
-                    self.announced[name] = self._namespace[name]
-        return self.dump(encoder, {"t": "ready", "names": names})
+                    if names[name]["t"] == "ok":
+                        self.announced[name] = self._namespace[name]
+            return self.dump(encoder, {"t": "ready", "names": names})
 
     def serve(self) -> None:
         """Answer until the judge hangs up (end-of-file, or a write it no longer reads)."""
         try:
             while True:
-                request, decoder = self.receive(None)
+                request, memo = self.receive(None)
                 if "op" not in request:
                     raise wire.ProtocolError("a reply where a request was expected")
-                self.serve_one(request, decoder.memo)
+                self.serve_one(request, memo)
         except (OSError, wire.ProtocolError):
             return  # the judge is done (or gone)
 
@@ -229,7 +222,7 @@ class _Server(wire.Endpoint):
             try:
                 with wire.raised_recursion_limit():
                     reply = self.lookup(str(request.get("name")), encoder)
-                payload = self.dump(encoder, reply)
+                    payload = self.dump(encoder, reply)
             except BaseException as error:
                 payload = wire.dump_json({"t": "exc", **describe(error)})
             self.send(payload)
@@ -305,9 +298,13 @@ _serving: list[_Server] = []  # the server of this process, once the program has
 
 
 def _record_warning(message: Any) -> None:
-    """``warnings._showwarnmsg`` here: while a request is served, the warning goes to the judge."""
+    """``warnings._showwarnmsg`` here: while a request is served, the warning goes to the judge.
+
+    Unless the program records warnings itself (``catch_warnings(record=True)``).
+    """
     recording = _serving[-1].recording if _serving else None
-    if recording is None:
+    own = getattr(warnings, "_showwarnmsg_impl", None) is not _print_warning
+    if recording is None or own:
         _show_warning(message)
     elif len(recording) < 64:
         category = wire.class_name(message.category)
@@ -315,6 +312,7 @@ def _record_warning(message: Any) -> None:
 
 
 _show_warning = warnings._showwarnmsg  # type: ignore[attr-defined]
+_print_warning = getattr(warnings, "_showwarnmsg_impl", None)
 
 
 def serve_functions(source: str, rpc_fd: int, max_frame: int, announce: list[str]) -> NoReturn:
@@ -342,8 +340,14 @@ def _serve_functions(source: str, rpc_fd: int, max_frame: int, announce: list[st
         return
     server = _Server(namespace, rpc_fd, max_frame)
     _serving[:] = [server]
-    # Installed once per process (the zygote's rehearsal runs this too).
+    # From here on the program runs only inside requests: every warning it
+    # raises is the test's to filter (the judge re-issues it), so this side
+    # lets each one through and hands it over.
     warnings._showwarnmsg = _record_warning  # type: ignore[attr-defined]
+    filters: Any = warnings.filters
+    if not filters or filters[0] != _ALWAYS:
+        filters.insert(0, _ALWAYS)
+        warnings._filters_mutated()  # type: ignore[attr-defined]
     try:
         server.send(server.ready(announce))
         server.serve()

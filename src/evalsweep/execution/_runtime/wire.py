@@ -1359,6 +1359,8 @@ class Endpoint:
         self._proxies: dict[int, Any] = {}  # number -> this side's proxy for a peer object
         self._nesting = 0
         self.sent = 0
+        self._decoder = Decoder(self.resolve)
+        self._scan_tagged = json.JSONDecoder(object_hook=self._decoder).scan_once  # type: ignore[attr-defined]
 
     # -- what subclasses say
 
@@ -1403,19 +1405,25 @@ class Endpoint:
         except OSError as error:
             raise PeerClosed(f"channel closed ({error.strerror})") from None
 
-    def receive(self, handed: dict[int, Any] | None) -> tuple[dict[str, Any], Decoder]:
+    def receive(self, handed: dict[int, Any] | None) -> tuple[dict[str, Any], dict[int, Any]]:
+        """The next message, and the labelled objects it defined."""
         data = self._reader.read()
-        decoder = Decoder(self.resolve, handed)
-        with raised_recursion_limit():
-            scan = json.JSONDecoder(object_hook=decoder).scan_once  # type: ignore[attr-defined]
-            message = _scan(data, scan)
+        if b'"~"' not in data:  # nothing tagged: the C scanner alone
+            message = _scan(data, _scan_plain)
+            memo: dict[int, Any] = {}
+        else:
+            decoder = self._decoder
+            decoder._handed = handed
+            memo = decoder.memo = {}
+            with raised_recursion_limit():
+                message = _scan(data, self._scan_tagged)
         if not isinstance(message, dict):
             raise ProtocolError("a message that is not an object")
-        return message, decoder
+        return message, memo
 
     def dump(self, encoder: Encoder, message: dict[str, Any]) -> bytes:
-        with raised_recursion_limit():
-            data = dump_json(encoder.finish(message))
+        """``message`` as a frame's bytes (call with the recursion limit raised)."""
+        data = dump_json(encoder.finish(message))
         if len(data) > self._max_frame:
             raise Unsupported(
                 f"a message of {len(data)} bytes, more than the {self._max_frame}-byte frame limit"
@@ -1433,63 +1441,70 @@ class Endpoint:
         with self._lock:
             encoder = Encoder(self.make_ref, label_all=True)
             with raised_recursion_limit():
-                message = build(encoder)
-            self.send(self.dump(encoder, message))
+                payload = self.dump(encoder, build(encoder))
+            self.send(payload)
             handed = encoder.labels
             while True:
-                reply, decoder = self.receive(handed)
+                reply, memo = self.receive(handed)
                 if "op" not in reply:
                     return reply, handed
-                self.serve_one(reply, decoder.memo)
+                self.serve_one(reply, memo)
 
     def serve_one(self, request: dict[str, Any], memo: dict[int, Any]) -> None:
         """Answer one request of the peer (its objects in ``memo``); send the reply."""
         if self._nesting >= self.MAX_NESTING:
-            self.send(
-                dump_json(
-                    {
-                        "t": "exc",
-                        **exception_facts(
-                            RecursionError(
-                                "calls between the test and the program nested too deeply"
-                            ),
-                            None,
-                        ),
-                    }
-                )
-            )
+            deep = RecursionError("calls between the test and the program nested too deeply")
+            self.send(dump_json({"t": "exc", **exception_facts(deep, None)}))
             return
         self._nesting += 1
         try:
-            before = snapshot(memo)
-            known = {id(obj): label for label, obj in memo.items()}
+            before = snapshot(memo) if memo else []
+            known = {id(obj): label for label, obj in memo.items()} if memo else None
             encoder = Encoder(self.make_ref, known)
-            extra: dict[str, Any] = {}
+            failed: BaseException | None = None
+            extra: dict[str, Any] | None = None
             try:
                 with self.effects() as extra:
                     value = self.perform(request)
-                with raised_recursion_limit():
-                    reply: dict[str, Any] = {"t": "ok", "v": encoder.encode(value)}
             except BaseException as error:
                 if not self.keeps_going(error):
                     raise
-                if isinstance(error, Unsupported):
-                    reply = {"t": "unsupported", "msg": str(error)[:MESSAGE_LIMIT]}
-                else:
-                    with raised_recursion_limit():
-                        reply = {"t": "exc", **exception_facts(error, encoder)}
-            try:
-                with raised_recursion_limit():
-                    updates = [[label, encoder.contents(obj)] for label, obj in changed(before)]
-                if updates:
-                    reply["m"] = updates
-                reply.update(extra or {})
-                payload = self.dump(encoder, reply)
-            except Unsupported as error:
-                payload = dump_json({"t": "unsupported", "msg": str(error)[:MESSAGE_LIMIT]})
+                failed = error
+            with raised_recursion_limit():
+                payload = self._reply(encoder, before, failed, None if failed else value, extra)
             self.send(payload)
         finally:
             self._nesting -= 1
+
+    def _reply(
+        self,
+        encoder: Encoder,
+        before: list[tuple[int, Any, Any]],
+        failed: BaseException | None,
+        value: Any,
+        extra: dict[str, Any] | None,
+    ) -> bytes:
+        try:
+            if failed is None:
+                try:
+                    reply: dict[str, Any] = {"t": "ok", "v": encoder.encode(value)}
+                except Unsupported:
+                    raise
+                except Exception as error:  # noqa: BLE001 - an object that fails to be read
+                    reply = {"t": "exc", **exception_facts(error, None)}
+            elif isinstance(failed, Unsupported):
+                reply = {"t": "unsupported", "msg": str(failed)[:MESSAGE_LIMIT]}
+            else:
+                reply = {"t": "exc", **exception_facts(failed, encoder)}
+            if before:
+                updates = [[label, encoder.contents(obj)] for label, obj in changed(before)]
+                if updates:
+                    reply["m"] = updates
+            if extra:
+                reply.update(extra)
+            return self.dump(encoder, reply)
+        except Unsupported as error:
+            return dump_json({"t": "unsupported", "msg": str(error)[:MESSAGE_LIMIT]})
 
     def settle(self, reply: dict[str, Any], handed: dict[int, Any]) -> None:
         """Apply a reply's new contents of the objects this side sent."""
