@@ -419,13 +419,23 @@ def test_values_the_sample_defines_never_decide_a_comparison(
     assert status == "failed"
 
 
-def test_the_sample_cannot_name_a_judge_object(service: ExecutionService) -> None:
-    # A reference to the test's own function is callable, but its attributes
-    # (where expected values live) are not the program's to read.
-    program = "def f(g):\n    return g.__globals__\n"
-    status, _ = _status(service, program, "    assert candidate(lambda: 1) is not None\n")
-    assert status in ("failed", "error")
-    assert status != "passed"
+@pytest.mark.parametrize("read", ["g.__globals__", "g.__closure__", "g.args", "g.keywords", "g.func"])
+def test_the_sample_cannot_read_into_the_tests_functions(
+    service: ExecutionService, read: str
+) -> None:
+    # A reference to the test's own function is callable and has a name, but
+    # its other attributes (where expected values live) are not the program's.
+    program = f"def f(g):\n    return {read}\n"
+    body = (
+        "    secret = [1, 2, 3]\n"
+        "    assert candidate(functools.partial(lambda x: x == secret, secret)) is not None\n"
+    )
+    status, reason = _status(service, program, body, "import functools\n")
+    assert (status, reason) == ("error", "AttributeError")
+    name = "def f(g):\n    return g.__name__\n"
+    assert _status(service, name, "    assert candidate(len) == 'len'\n") == ("passed", "")
+    lam = "    assert candidate(lambda: 1) == '<lambda>'\n"
+    assert _status(service, name, lam) == ("passed", "")
 
 
 def test_an_exception_class_whose_lineage_cannot_be_placed_is_unsupported(

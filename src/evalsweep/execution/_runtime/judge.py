@@ -260,9 +260,10 @@ _NOT_ANSWERED = (
     OSError,
 )
 # What the sample may do with an object of the test's it holds: call it,
-# iterate it, ask its length or truth. Not read its attributes, its text or
-# its items: a test's function or partial holds expected values.
-_JUDGE_OPS = frozenset({"call", "iter", "next", "len", "bool"})
+# iterate it, ask its length, truth or name. Not read its other attributes,
+# its text or its items: a test's function or partial holds expected values.
+_JUDGE_OPS = frozenset({"call", "iter", "next", "len", "bool", "getattr"})
+_JUDGE_ATTRIBUTES = frozenset({"__name__", "__qualname__"})
 
 
 class SampleChannel(wire.Endpoint):
@@ -334,6 +335,13 @@ class SampleChannel(wire.Endpoint):
             return next(obj)
         if op == "len":
             return len(obj)
+        if op == "getattr":
+            name = request.get("name")
+            if name not in _JUDGE_ATTRIBUTES:
+                raise AttributeError(
+                    f"the program may not read {str(name)[:100]!r} of the test's objects"
+                )
+            return str(getattr(obj, name))
         return bool(obj)
 
     # -- requests the test makes

@@ -60,6 +60,11 @@ class _TestObject:
     def __repr__(self) -> str:
         return f"<the test's {type(self).__name__} object>"
 
+    def __getattr__(self, name: str) -> Any:
+        if name not in ("__name__", "__qualname__"):
+            raise AttributeError(name)
+        return self._evalsweep_server.ask_judge(self, "getattr", (), {"name": name})
+
 
 def _test_call(self: _TestObject, *args: Any, **kwargs: Any) -> Any:
     return self._evalsweep_server.ask_judge(self, "call", args, kwargs)
@@ -273,7 +278,9 @@ class _Server(wire.Endpoint):
 
         def build(encoder: wire.Encoder) -> dict[str, Any]:
             message: dict[str, Any] = {"op": op, "o": encoder.encode(proxy)}
-            if op == "call":
+            if op == "getattr":
+                message["name"] = kwargs["name"]
+            elif op == "call":
                 message["a"] = [encoder.encode(arg) for arg in args]
                 message["k"] = {str(name): encoder.encode(arg) for name, arg in kwargs.items()}
             return message

@@ -1504,6 +1504,12 @@ class Endpoint:
                 reply.update(extra)
             return self.dump(encoder, reply)
         except Unsupported as error:
+            if failed is not None and not isinstance(failed, Unsupported):
+                # An exception whose arguments cannot travel: its class and message can.
+                with contextlib.suppress(Unsupported):
+                    return self.dump(
+                        Encoder(self.make_ref), {"t": "exc", **exception_facts(failed, None)}
+                    )
             return dump_json({"t": "unsupported", "msg": str(error)[:MESSAGE_LIMIT]})
 
     def settle(self, reply: dict[str, Any], handed: dict[int, Any]) -> None:
