@@ -419,7 +419,9 @@ def test_values_the_sample_defines_never_decide_a_comparison(
     assert status == "failed"
 
 
-@pytest.mark.parametrize("read", ["g.__globals__", "g.__closure__", "g.args", "g.keywords", "g.func"])
+@pytest.mark.parametrize(
+    "read", ["g.__globals__", "g.__closure__", "g.args", "g.keywords", "g.func"]
+)
 def test_the_sample_cannot_read_into_the_tests_functions(
     service: ExecutionService, read: str
 ) -> None:

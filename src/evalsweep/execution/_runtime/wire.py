@@ -165,7 +165,7 @@ def load_json(data: bytes, resolve_ref: Callable[[int, str], Any] | None = None)
         return resolve_ref(payload[0], payload[1])
 
     decoder = json.JSONDecoder(object_hook=Decoder(resolve if resolve_ref else None))
-    with raised_recursion_limit():
+    with raised_recursion_limit(decoding=True):
         return _scan(data, decoder.scan_once)  # type: ignore[attr-defined]
 
 
@@ -199,9 +199,11 @@ _SCALARS = frozenset({int, float, str, bool, type(None)})
 # interpreter's 4,300-digit int-str conversion limit (12,000 bits is about
 # 3,600 decimal digits).
 _HEX_BITS = 12_000
-# Python frames the encoder and the C scanner use per level of nesting, at most
-# (a tagged value is two JSON levels, a labelled one three).
-_FRAMES_PER_LEVEL = 4
+# Recursion per level of a value's nesting, at most: Python frames of the
+# encoder (a standard-library type takes five), JSON levels of the C encoder
+# and scanner (a labelled tagged value takes three, a labelled namedtuple four).
+_ENCODE_FRAMES = 6
+_DECODE_LEVELS = 4
 
 
 class Unsupported(ValueError):
@@ -219,13 +221,18 @@ class raised_recursion_limit:  # noqa: N801 - used as a context manager
     values can be encoded and decoded (by the C scanner, whose recursion
     counts against the same limit) at any depth of the caller's stack; the
     program's own limit is back in place before any of its code runs again.
+    Decoding gets less room than encoding: the scanner recurses in C, and
+    a hostile frame nests as deep as the limit lets it.
     """
 
-    __slots__ = ("_old",)
+    __slots__ = ("_old", "_room")
+
+    def __init__(self, decoding: bool = False) -> None:
+        self._room = (_DECODE_LEVELS if decoding else _ENCODE_FRAMES) * MAX_DEPTH + 100
 
     def __enter__(self) -> None:
         self._old = sys.getrecursionlimit()
-        sys.setrecursionlimit(self._old + _FRAMES_PER_LEVEL * MAX_DEPTH + 100)
+        sys.setrecursionlimit(self._old + self._room)
 
     def __exit__(self, *exc: object) -> None:
         sys.setrecursionlimit(self._old)
@@ -1415,7 +1422,7 @@ class Endpoint:
             decoder = self._decoder
             decoder._handed = handed
             memo = decoder.memo = {}
-            with raised_recursion_limit():
+            with raised_recursion_limit(decoding=True):
                 message = _scan(data, self._scan_tagged)
         if not isinstance(message, dict):
             raise ProtocolError("a message that is not an object")
