@@ -5,6 +5,8 @@ from __future__ import annotations
 import collections
 import math
 import os
+import sys
+import warnings
 from typing import Any
 
 import pytest
@@ -157,8 +159,12 @@ def test_the_zygote_rehearsal_runs_the_sample_side_and_leaves_nothing_open() -> 
     from evalsweep.execution._runtime import sample
 
     fds_before = set(os.listdir("/proc/self/fd"))
+    filters, show = list(warnings.filters), warnings._showwarnmsg  # type: ignore[attr-defined]
     replies = sample.rehearse(rounds=3)
     assert set(os.listdir("/proc/self/fd")) == fds_before
+    # Nothing a sample's server installs stays in the zygote (every fork would inherit it).
+    assert warnings.filters == filters and warnings._showwarnmsg is show  # type: ignore[attr-defined]
+    assert type(sys.stdout).__name__ != "_Tee"
     kinds = [reply["t"] for reply in replies]
     assert kinds == ["ready", "ok", "ok", "exc", "ok", "load_error"]
     ready = replies[0]["names"]

@@ -361,7 +361,12 @@ def _serve_functions(source: str, rpc_fd: int, max_frame: int, announce: list[st
     except (OSError, wire.ProtocolError, wire.Unsupported):
         return  # the judge is done already (a test that does not compile)
     finally:
+        # Back as they were (the zygote's rehearsal runs this, before every fork).
         _serving.clear()
+        warnings._showwarnmsg = _show_warning  # type: ignore[attr-defined]
+        with contextlib.suppress(ValueError):
+            filters.remove(_ALWAYS)
+        warnings._filters_mutated()  # type: ignore[attr-defined]
 
 
 _REHEARSAL = """
