@@ -250,3 +250,16 @@ def test_a_namedtuple_that_overrides_comparison_stays_a_reference() -> None:
 def test_malformed_new_values_from_the_peer_are_protocol_errors(payload: bytes) -> None:
     with pytest.raises(wire.ProtocolError):
         wire.load_json(payload)
+
+
+def test_the_peer_cannot_make_this_side_build_classes_without_bound() -> None:
+    frame = ",".join(
+        f'{{"~": "nt", "v": ["T{i}", ["a"], [1]]}}' for i in range(wire.MAX_CLASSES + 1)
+    )
+    saved = dict(wire._record_classes)
+    try:
+        with pytest.raises(wire.ProtocolError, match="namedtuple types"):
+            wire.load_json(f"[{frame}]".encode())
+    finally:  # the bound is per process (a judging child judges one sample)
+        wire._record_classes.clear()
+        wire._record_classes.update(saved)

@@ -48,6 +48,9 @@ MAX_DEPTH = 1200
 # bound, rebuilding any received value costs at most this factor more than
 # its size, so decoding a frame stays linear in its length.
 MAX_SHARED_HASH = 32
+# The most classes this process makes for the peer's namedtuple types,
+# exception classes and proxy types (each costs far more than its bytes).
+MAX_CLASSES = 512
 _HEADER = struct.Struct(">I")
 
 
@@ -458,8 +461,10 @@ def record_class(name: Any, fields: Any) -> type:
     key = (name, tuple(fields))
     cls = _record_classes.get(key)
     if cls is None:
-        if len(_record_classes) > 256:  # names come from the peer: bound the cache
-            _record_classes.clear()
+        if len(_record_classes) >= MAX_CLASSES:
+            # Names come from the peer, and making a class costs far more than
+            # its bytes: a process (one judging child per sample) makes a bounded number.
+            raise ProtocolError(f"more than {MAX_CLASSES} namedtuple types")
         try:
             cls = _std("collections").namedtuple(name, fields)
         except (ValueError, TypeError) as error:
@@ -1164,8 +1169,8 @@ def rebuild_exception(
     key = (name, mixin, *bases)
     cls = _lineage_classes.get(key)
     if cls is None:
-        if len(_lineage_classes) > 256:  # names come from the peer: bound the cache
-            _lineage_classes.clear()
+        if len(_lineage_classes) >= MAX_CLASSES:  # as for namedtuples
+            raise Unsupported(f"more than {MAX_CLASSES} exception classes")
         namespace = {"remote_type": name, "__module__": "builtins", "__str__": _carried_str}
         try:
             cls = type(name, (*bases, mixin), namespace)
@@ -1230,11 +1235,11 @@ def proxy_class(base: type, name: Any, bits: Any, methods: dict[str, Any]) -> ty
     if type(name) is not str or type(bits) is not int:
         raise ProtocolError("malformed reference")
     name = name[:80] or "object"
-    key = (base, name, bits)
+    if len(_proxy_classes) >= MAX_CLASSES:  # as for namedtuples; beyond, one class per shape
+        name = "object"
+    key = (base, name, bits & (1 << len(PROXY_METHODS)) - 1)
     cls = _proxy_classes.get(key)
     if cls is None:
-        if len(_proxy_classes) > 256:  # names come from the peer: bound the cache
-            _proxy_classes.clear()
         namespace = {
             method: methods[method]
             for index, method in enumerate(PROXY_METHODS)
