@@ -32,10 +32,13 @@ def test_the_reference_codes_imports_constants_and_definitions_are_the_judges() 
         "R: float = 2.5\nseen = set()\nprint('hi')\na, b = 1, 2\n"
         "def f():\n    import re\nif __name__ == '__main__':\n    f()\n"
     )
+    # Assignments that call something run guarded: one that fails leaves its name unbound.
     assert reference_prelude(code) == (
         "import sys\nfrom math import gcd as g\nMOD = 10 ** 9 + 7\nR: float = 2.5\n"
+        "try:\n    seen = set()\nexcept Exception:\n    pass\na, b = (1, 2)\n"
         "def f():\n    import re\n"
     )
+    assert reference_prelude("d = {}\nd['k'] = 1\nx.y = 2\n") == "d = {}\n"
     assert reference_prelude("print(1)\n") is None
     assert reference_prelude("def (:") is None and reference_prelude(None) is None
 

@@ -62,21 +62,26 @@ def reference_prelude(code: object) -> str | None:
     """What a reference solution defines at top level, as the judge runs it (None: nothing).
 
     Its imports (MBPP/596's test uses the ``sys`` its reference imports), its
-    constants (assignments that call nothing) and its functions and classes
+    top-level assignments (``MOD = 10 ** 9 + 7``, and ``LIMIT = int('100')``:
+    run in order, with the reference's own functions in place; one that calls
+    something is kept only if it succeeds, so a failing one leaves its name
+    unbound rather than failing every sample) and its functions and classes
     (the judge replaces those by the sample's before the test runs). Other
-    top-level statements (prints, calls, loops, ``__main__`` blocks) are left
-    out: the judge runs only what defines names, so a problem's prelude
-    cannot fail or take time on its own.
+    top-level statements (bare expressions such as prints and calls, loops,
+    ``__main__`` blocks) are left out: the judge runs only what defines names.
     """
     if not isinstance(code, str):
         return None
     tree = parse_python(code)
     if tree is None:
         return None
-    kept = [node for node in tree.body if _defines_only(node)]
+    kept = [_guarded(node) for node in tree.body if _defines_only(node)]
     if not kept:
         return None
     return "".join(ast.unparse(node) + "\n" for node in kept)
+
+
+_NAME_TARGETS = (ast.Name, ast.Tuple, ast.List, ast.Starred, ast.Load, ast.Store)
 
 
 def _defines_only(node: ast.stmt) -> bool:
@@ -89,16 +94,30 @@ def _defines_only(node: ast.stmt) -> bool:
     if isinstance(node, ast.Assign | ast.AnnAssign):
         value = node.value
         targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-        plain = all(isinstance(target, ast.Name) for target in targets)
+        names = all(
+            isinstance(inner, _NAME_TARGETS) for target in targets for inner in ast.walk(target)
+        )
         return (
-            plain
+            names
             and value is not None
             and not any(
-                isinstance(inner, ast.Call | ast.Await | ast.Yield | ast.YieldFrom | ast.NamedExpr)
+                isinstance(inner, ast.Await | ast.Yield | ast.YieldFrom | ast.NamedExpr)
                 for inner in ast.walk(value)
             )
         )
     return False
+
+
+def _guarded(node: ast.stmt) -> ast.stmt:
+    """An assignment that calls something, inside ``try: ... except Exception: pass``."""
+    if not isinstance(node, ast.Assign | ast.AnnAssign):
+        return node
+    if not any(isinstance(inner, ast.Call) for inner in ast.walk(node)):
+        return node
+    handler = ast.ExceptHandler(
+        type=ast.Name("Exception", ast.Load()), name=None, body=[ast.Pass()]
+    )
+    return ast.Try(body=[node], handlers=[handler], orelse=[], finalbody=[])
 
 
 def complete_prompt(prompt: str, reference_body: object) -> str | None:

