@@ -41,8 +41,11 @@ class Case:
     test: str
     entry: str = "f"
 
+    prelude: str | None = None  # the problem's prompt, where the test uses its names
+
     def request(self, program: str) -> ExecutionRequest:
-        return ExecutionRequest(program, test=FunctionTest(self.test, self.entry), limits=LIMITS)
+        test = FunctionTest(self.test, self.entry, self.prelude)
+        return ExecutionRequest(program, test=test, limits=LIMITS)
 
 
 def _d(text: str) -> str:
@@ -150,6 +153,53 @@ CASES: tuple[Case, ...] = (
                 assert xs == [3, 1]
         """),
     ),
+    Case(
+        "returns_a_list_it_keeps_in_a_cache",
+        _d("""
+            CACHE = {}
+            def f(x):
+                if x not in CACHE:
+                    CACHE[x] = [x]
+                return CACHE[x]
+        """),
+        _d("""
+            CACHE = {}
+            def f(x):
+                if x not in CACHE:
+                    CACHE[x] = [x]
+                return list(CACHE[x])
+        """),
+        _d("""
+            def check(candidate):
+                first = candidate(1)
+                first.append(2)
+                assert candidate(1) == [1]
+        """),
+    ),
+    Case(
+        "keeps_its_argument_and_reads_it_later",
+        _d("""
+            SAVED = []
+            def f(xs=None):
+                if xs is not None:
+                    SAVED.append(xs)
+                return sum(map(len, SAVED))
+        """),
+        _d("""
+            SAVED = []
+            def f(xs=None):
+                if xs is not None:
+                    SAVED.append(list(xs))
+                return sum(map(len, SAVED))
+        """),
+        _d("""
+            def check(candidate):
+                data = [1, 2]
+                assert candidate(data) == 2
+                data.append(3)
+                assert candidate() == 2
+        """),
+    ),
     # -- effects ----------------------------------------------------------------------------------
     Case(
         "prints_where_the_test_forbids_it",
@@ -173,6 +223,7 @@ CASES: tuple[Case, ...] = (
                 assert candidate(3) == 3
                 assert LIMIT == 10
         """),
+        prelude="LIMIT = 10\n\ndef f(x):\n    pass\n",
     ),
     # -- what a reference claims ------------------------------------------------------------------
     Case(
@@ -338,3 +389,25 @@ def test_the_site_builtins_are_there_as_in_one_process() -> None:
     with ExecutionService(workers=1, limits=LIMITS) as service:
         (result,) = service.run_many([request])
     assert result.verdict.status == "passed", result.verdict
+
+
+# A prelude that makes the plain run report a pass it did not earn: the split run
+# alone must then refuse every wrong program (it is never passed).
+FORGE_PLAIN = _d("""
+    import sys as _s, os as _o
+    if _s._getframe(0).f_back is not None and _s._getframe(0).f_back.f_code.co_name == "run_plain":
+        _p = b'{"t":"passed"}'
+        _o.write(3, len(_p).to_bytes(4, "big") + _p)
+        _o._exit(0)
+""")
+
+
+def test_a_forged_one_process_pass_never_passes_a_wrong_program() -> None:
+    requests = [case.request(FORGE_PLAIN + case.wrong) for case in CASES]
+    right = [case.request(FORGE_PLAIN + case.right) for case in CASES]
+    with ExecutionService(workers=1, limits=LIMITS) as service:
+        results = service.run_many(requests + right)
+    for case, result in zip(CASES, results[: len(CASES)], strict=True):
+        assert result.verdict.status != "passed", (case.name, result.verdict)
+    # The forgery works: the same prelude does not stop a right program from passing.
+    assert any(result.verdict.status == "passed" for result in results[len(CASES) :])

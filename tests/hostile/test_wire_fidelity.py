@@ -416,7 +416,8 @@ def test_values_the_sample_defines_never_decide_a_comparison(
     status, _ = _status(
         service, program, "    r = candidate()\n    assert r == (1, 2) or r == {'a': 1}\n"
     )
-    assert status == "failed"
+    # One process is fooled (the lie decides there); the judge is not: never a pass.
+    assert status == "unsupported"
 
 
 @pytest.mark.parametrize(
@@ -433,7 +434,9 @@ def test_the_sample_cannot_read_into_the_tests_functions(
         "    assert candidate(functools.partial(lambda x: x == secret, secret)) is not None\n"
     )
     status, reason = _status(service, program, body, "import functools\n")
-    assert (status, reason) == ("error", "AttributeError")
+    # One process lets the program read some of them (never a pass here: unsupported), and
+    # a partial has no __globals__ or __closure__ anywhere (an error, as in one process).
+    assert status in ("unsupported", "error") and "AttributeError" in reason, (status, reason)
     name = "def f(g):\n    return g.__name__\n"
     assert _status(service, name, "    assert candidate(len) == 'len'\n") == ("passed", "")
     lam = "    assert candidate(lambda: 1) == '<lambda>'\n"
@@ -452,19 +455,19 @@ def test_an_exception_class_whose_lineage_cannot_be_placed_is_unsupported(
     status, reason = _status(
         service, program, "    try:\n        candidate()\n    except Exception:\n        pass\n"
     )
-    assert (status, reason) == ("error", "unsupported")
+    assert (status, reason) == ("unsupported", "not confirmed: unsupported")
 
 
 def test_calls_back_and_forth_are_bounded(service: ExecutionService) -> None:
     program = "def f(g):\n    return g(g)\n"
     status, _ = _status(service, program, "    candidate(lambda h: candidate(h))\n")
-    assert status == "error"
+    assert status in ("failed", "error")  # one process recurses without end too
 
 
 def test_a_cyclic_value_is_unsupported(service: ExecutionService) -> None:
     program = "def f():\n    x = []\n    x.append(x)\n    return x\n"
     status, reason = _status(service, program, "    assert candidate()[0] is not None\n")
-    assert (status, reason) == ("error", "unsupported")
+    assert (status, reason) == ("unsupported", "not confirmed: unsupported")
 
 
 # -- MBPP: the reference's constants, computed by calls ----------------------------------------
@@ -500,8 +503,8 @@ CONSTANT = {
         (MBPP_533, MBPP_533["code"], "def remove_datatype(t, d):\n    return list(t)\n"),
         (
             CONSTANT,
-            "def under(x):\n    return x < 100\n",
-            "def under(x):\n    return x <= 100\n",
+            CONSTANT["code"],
+            "LIMIT = int('100')\ndef under(x):\n    return x <= LIMIT\n",
         ),
     ],
     ids=["mbpp_533_passes_int", "reference_constant_computed_by_a_call"],

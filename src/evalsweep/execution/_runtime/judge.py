@@ -237,6 +237,35 @@ _REMOTE_METHODS = {
 }
 
 
+_CHANGED_BY_TEST = (
+    "the test changed an object the program may still reach (a list or dict the program "
+    "returned or was given and kept): in one process the program would see the change"
+)
+
+
+_MODULE = type(contextlib)
+_WATCH_LIMIT = 1000
+
+
+def _with_watch(
+    build: Callable[[wire.Encoder], dict[str, Any]], names: list[str]
+) -> Callable[[wire.Encoder], dict[str, Any]]:
+    def watched(encoder: wire.Encoder) -> dict[str, Any]:
+        message = build(encoder)
+        message["w"] = names
+        return message
+
+    return watched
+
+
+def _int_list(value: Any) -> list[int]:
+    if value is None:
+        return []
+    if type(value) is not list or not all(type(item) is int for item in value):
+        raise wire.ProtocolError("malformed list of numbers")
+    return value
+
+
 class Unresolved(BaseException):
     """The test used a name that neither the problem nor builtins define.
 
@@ -283,6 +312,11 @@ class SampleChannel(wire.Endpoint):
         self._announced: dict[str, Any] = {}  # lookups sent along with "ready"
         self.made = 0  # calls the test has made so far
         self.unsupported: list[str] = []
+        # The test's copies of objects the program may still reach (see the
+        # sample's ``finish_reply``): number -> (object, contents when in step).
+        self._kept: dict[int, tuple[Any, Any]] = {}
+        self._changed: list[int] = []
+        self.watch: list[str] | None = None  # the problem's names, sent with the first request
 
     # -- the value model, judge side
 
@@ -371,6 +405,12 @@ class SampleChannel(wire.Endpoint):
         self._announced = names if isinstance(names, dict) else {}
 
     def _exchange(self, build: Callable[[wire.Encoder], dict[str, Any]]) -> Any:
+        # Copies the test changed since the last reply: that matters only if the
+        # program can still reach its object, which the reply says ("dropped").
+        self._changed = [n for n, (obj, before) in self._kept.items() if not wire.same(obj, before)]
+        if self.watch is not None:
+            build = _with_watch(build, self.watch)
+            self.watch = None
         try:
             reply, handed = self.exchange(build)
         except wire.PeerClosed:
@@ -384,12 +424,35 @@ class SampleChannel(wire.Endpoint):
         if kind not in ("ok", "exc", "unsupported"):
             raise wire.ProtocolError(f"unexpected reply {kind!r}"[:100])
         self.settle(reply, handed)
+        self._track(reply, handed)
         _replay_effects(reply)
         if kind == "unsupported":
             raise self.unsupported_value(str(reply.get("msg", ""))[:_MESSAGE_LIMIT])
         if kind == "exc":
             raise self._exception(reply)
         return reply.get("v")
+
+    def _track(self, reply: dict[str, Any], handed: dict[int, Any]) -> None:
+        """Note the copies the program may still change, forget those it no longer can."""
+        for number in _int_list(reply.get("dropped")):
+            self._kept.pop(number, None)
+        if any(number in self._kept for number in self._changed):
+            self._changed = []
+            raise self.unsupported_value(_CHANGED_BY_TEST)
+        for key, table in (("kept", self.reply_memo), ("kept_args", handed)):
+            pairs = reply.get(key)
+            if pairs is None:
+                continue
+            if type(pairs) is not list:
+                raise wire.ProtocolError(f"malformed {key}")
+            for pair in pairs:
+                if type(pair) is not list or len(pair) != 2 or not _int_list(pair):
+                    raise wire.ProtocolError(f"malformed {key}")
+                obj = table.get(pair[0])
+                if obj is not None and wire.mutable(obj):
+                    self._kept[pair[1]] = (obj, None)
+        for number, (obj, _) in self._kept.items():
+            self._kept[number] = (obj, wire.state(obj))  # in step as of this reply
 
     def unsupported_value(self, reason: str) -> UnsupportedValue:
         self.unsupported.append(reason)
@@ -617,6 +680,13 @@ def _run_test(spec: dict[str, Any], namespace: JudgeGlobals) -> None:
         # under test; the real ones are the sample's.
         for name in namespace._sample_names:
             namespace.pop(name, None)
+        # The problem's own names the program has too: a change the program makes
+        # to one would show in the test in one process, so the sample watches them.
+        namespace._channel.watch = [
+            name
+            for name, value in dict.items(namespace)
+            if not name.startswith("__") and type(value) is not _MODULE
+        ][:_WATCH_LIMIT]
     exec(spec["test"], namespace)
     candidate = None if spec["entry_point"] == "None" else _entry(namespace, spec["entry_point"])
     # ``dict.get`` skips __missing__: the check function must be the test's own.

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import itertools
 import os
 import sys
 import warnings
@@ -152,6 +153,13 @@ class _Server(wire.Endpoint):
         # the judge's calls by name mean these, the objects the test holds.
         self.announced: dict[str, Any] = {}
         self.recording: list[Any] | None = None  # warnings of the request being served
+        # Mutable objects of the program's the test holds a copy of (returned by a
+        # call, or its arguments), while the program may still reach them: number
+        # -> (object, its contents when last in step with the test's copy).
+        self._kept: dict[int, tuple[Any, Any]] = {}
+        self._numbers = itertools.count(1)
+        # The problem's names the program has too (the judge's list): name -> (value, contents).
+        self._watched: dict[str, tuple[Any, Any]] = {}
 
     # -- the value model, sample side
 
@@ -185,6 +193,66 @@ class _Server(wire.Endpoint):
 
     def effects(self) -> Any:
         return _Effects(self)
+
+    def finish_reply(
+        self, encoder: wire.Encoder, reply: dict[str, Any], memo: dict[int, Any]
+    ) -> dict[str, Any]:
+        """Keep the copies the test holds in step with the program's objects, or say it cannot.
+
+        In one process the test's copy *is* the program's object: a change the
+        program makes later (a list it keeps and returned earlier, a mutable
+        default argument, an argument it stored) shows in the test's copy, and
+        a change the test makes shows in the program. An object that only this
+        table still references can change no more and is dropped; a kept
+        object the program changed while serving a later request makes this
+        reply ``unsupported`` (the judge does the same for its copies).
+        """
+        if reply.get("t") not in ("ok", "exc"):
+            return reply
+        for name, (value, before) in self._watched.items():
+            now = self._namespace.get(name, _ABSENT)
+            if now is not value or (before is not None and not wire.same(value, before)):
+                shown = name if len(name) <= 60 else name[:57] + "..."
+                return {"t": "unsupported", "msg": _CHANGED_NAME.format(shown)}
+        handed = {id(obj) for obj in memo.values()}
+        dropped = self._drop_unreachable()
+        for obj, before in self._kept.values():
+            if id(obj) not in handed and not wire.same(obj, before):
+                return {"t": "unsupported", "msg": _CHANGED_LATER}
+        kept = []
+        for obj in wire.encoded_objects(encoder):
+            if wire.mutable(obj) and id(obj) not in handed:
+                label = wire.label_late(encoder, obj)
+                if label is not None:
+                    kept.append([label, self._keep(obj)])
+        arguments = [[label, self._keep(obj)] for label, obj in memo.items() if wire.mutable(obj)]
+        for number, (obj, _) in self._kept.items():
+            if id(obj) in handed:  # its new contents travel with this reply
+                self._kept[number] = (obj, wire.state(obj))
+        if kept:
+            reply["kept"] = kept
+        if arguments:
+            reply["kept_args"] = arguments
+        if dropped:
+            reply["dropped"] = dropped
+        return reply
+
+    def _keep(self, obj: Any) -> int:
+        number = next(self._numbers)
+        self._kept[number] = (obj, wire.state(obj))
+        return number
+
+    def _drop_unreachable(self) -> list[int]:
+        """Forget kept objects nothing but this table references (the program cannot reach them)."""
+        dropped: list[int] = []
+        while True:
+            # References: the table's tuple, and getrefcount's own argument.
+            gone = [n for n, entry in self._kept.items() if sys.getrefcount(entry[0]) <= 2]
+            if not gone:
+                return dropped
+            for number in gone:
+                del self._kept[number]
+            dropped += gone
 
     def keeps_going(self, error: BaseException) -> bool:
         return not isinstance(error, wire.ProtocolError)
@@ -222,6 +290,15 @@ class _Server(wire.Endpoint):
             return  # the judge is done (or gone)
 
     def serve_one(self, request: dict[str, Any], memo: dict[int, Any]) -> None:
+        names = request.pop("w", None)
+        if names is not None:
+            if type(names) is not list or not all(type(name) is str for name in names):
+                raise wire.ProtocolError("malformed list of names")
+            self._watched = {
+                name: (value, wire.state(value) if wire.mutable(value) else None)
+                for name in names
+                if (value := self._namespace.get(name, _ABSENT)) is not _ABSENT
+            }
         if request.get("op") == "get":
             encoder = wire.Encoder(self.make_ref)
             try:
@@ -300,6 +377,17 @@ class _Server(wire.Endpoint):
             raise wire.Unsupported(str(reply.get("msg", "")))
         raise wire.ProtocolError(f"unexpected reply {kind!r}"[:100])
 
+
+_CHANGED_LATER = (
+    "the program changed an object the test holds from an earlier call (a list or dict it "
+    "returned or was given and kept): in one process the test would see the change"
+)
+
+_CHANGED_NAME = (
+    "the program changed {!r}, which the problem defines: in one process the test would see "
+    "its new value"
+)
+_ABSENT = object()
 
 _serving: list[_Server] = []  # the server of this process, once the program has loaded
 

@@ -1314,6 +1314,38 @@ def changed(before: list[tuple[int, Any, Any]]) -> list[tuple[int, Any]]:
     return out
 
 
+def mutable(obj: Any) -> bool:
+    """Whether ``obj`` is a container the wire carries by value that can change in place."""
+    return _mutable(obj)
+
+
+def state(obj: Any) -> Any:
+    """What a mutable object holds now, to tell later whether it changed (see :func:`same`)."""
+    return _state(obj)
+
+
+def same(obj: Any, before: Any) -> bool:
+    """Whether ``obj`` holds what it held when ``state(obj)`` gave ``before`` (by identity)."""
+    return _same_set(before, obj) if type(obj) is set else _same(before, _state(obj))
+
+
+def label_late(encoder: Encoder, obj: Any) -> int | None:
+    """A label for ``obj``, written already by ``encoder``, so the peer can name it (or None)."""
+    entry = encoder._seen.get(id(obj))
+    if entry is None or entry[0] is not obj or not entry[3]:
+        return None
+    label = entry[2]
+    if label is None:  # (an encoder that labels all has labelled it already)
+        label = entry[2] = encoder._label(obj)
+        encoder._late[id(entry[1])] = label
+    return int(label)
+
+
+def encoded_objects(encoder: Encoder) -> list[Any]:
+    """The containers ``encoder`` wrote as values (not references), first met first."""
+    return [entry[0] for entry in encoder._seen.values() if entry[3]]
+
+
 def write_back(original: Any, updated: Any) -> None:
     """Bring ``original`` (an object this side sent) to ``updated``'s contents, in place."""
     if isinstance(original, dict):
@@ -1371,6 +1403,7 @@ class Endpoint:
         self._proxies: dict[int, Any] = {}  # number -> this side's proxy for a peer object
         self._nesting = 0
         self.sent = 0
+        self.reply_memo: dict[int, Any] = {}  # the labelled objects of the last reply read
         self._decoder = Decoder(self.resolve)
         self._scan_tagged = json.JSONDecoder(object_hook=self._decoder).scan_once  # type: ignore[attr-defined]
 
@@ -1391,6 +1424,12 @@ class Endpoint:
 
     def effects(self) -> Any:
         return contextlib.nullcontext()
+
+    def finish_reply(
+        self, encoder: Encoder, reply: dict[str, Any], memo: dict[int, Any]
+    ) -> dict[str, Any]:
+        """The reply to send, given the request's objects (``memo``); this side's additions."""
+        return reply
 
     # -- objects lent to the peer
 
@@ -1459,6 +1498,7 @@ class Endpoint:
             while True:
                 reply, memo = self.receive(handed)
                 if "op" not in reply:
+                    self.reply_memo = memo
                     return reply, handed
                 self.serve_one(reply, memo)
 
@@ -1483,7 +1523,9 @@ class Endpoint:
                     raise
                 failed = error
             with raised_recursion_limit():
-                payload = self._reply(encoder, before, failed, None if failed else value, extra)
+                payload = self._reply(
+                    encoder, before, failed, None if failed else value, extra, memo
+                )
             self.send(payload)
         finally:
             self._nesting -= 1
@@ -1495,6 +1537,7 @@ class Endpoint:
         failed: BaseException | None,
         value: Any,
         extra: dict[str, Any] | None,
+        memo: dict[int, Any] | None = None,
     ) -> bytes:
         try:
             if failed is None:
@@ -1514,6 +1557,7 @@ class Endpoint:
                     reply["m"] = updates
             if extra:
                 reply.update(extra)
+            reply = self.finish_reply(encoder, reply, memo or {})
             return self.dump(encoder, reply)
         except Unsupported as error:
             if failed is not None and not isinstance(failed, Unsupported):
