@@ -465,10 +465,15 @@ class ExecutionService:
                 self._jobs.put(task)  # someone else's now
                 return
 
-            def emit(index: int, result: ExecutionResult, job: _Job = job) -> None:
+            emitted: set[int] = set()
+
+            def emit(
+                index: int, result: ExecutionResult, job: _Job = job, emitted: set[int] = emitted
+            ) -> None:
                 with job.lock:
-                    if job.cancelled:
-                        return
+                    if job.cancelled or index in emitted:
+                        return  # a verdict, once given, is never given again
+                    emitted.add(index)
                     try:
                         job.emit(index, result)
                     except BaseException as error:  # the caller's callback failed
@@ -503,6 +508,8 @@ class ExecutionService:
             except BaseException as error:  # the worker cannot be restarted
                 lost = Verdict("error", "worker lost", f"{type(error).__name__}: {error}")
                 for index, request in piece:
+                    if index in emitted:
+                        continue
                     with contextlib.suppress(BaseException):
                         emit(index, ExecutionResult(lost, key=request.key))
                 with job.lock:
