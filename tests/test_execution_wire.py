@@ -52,18 +52,16 @@ def test_nan_and_infinities_survive() -> None:
     assert math.isnan(back[0]) and back[1] == math.inf and back[2] == -math.inf
 
 
-def test_an_int_subclass_that_claims_to_equal_everything_arrives_as_its_value() -> None:
+def test_instances_of_builtin_subclasses_stay_the_programs_objects() -> None:
+    # Their class may change how they compare, iterate or print, and type() tells them
+    # apart: they travel as references (the receiver never flattens them to the base
+    # type, which would answer with the base type's rules instead of the object's).
     class Lie(int):
         def __eq__(self, other: object) -> bool:
             return True
 
         __hash__ = int.__hash__
 
-    back = _roundtrip(Lie(3))
-    assert type(back) is int and back == 3 and back != 4
-
-
-def test_container_subclasses_are_read_through_the_base_type() -> None:
     class Sneaky(list):  # type: ignore[type-arg]
         def __iter__(self) -> Any:
             return iter(["forged"])
@@ -76,9 +74,32 @@ def test_container_subclasses_are_read_through_the_base_type() -> None:
         def __eq__(self, other: object) -> bool:
             return True
 
-    back = _roundtrip([Sneaky([1, 2]), Texty("real"), Loud(a=1)])
-    assert back == [[1, 2], "real", {"a": 1}]
-    assert [type(item) for item in back] == [list, str, dict]
+    class Plain(list):  # type: ignore[type-arg]
+        pass
+
+    values = [Lie(3), Sneaky([1, 2]), Texty("real"), Loud(a=1), Plain([1])]
+    kept: list[Any] = []
+
+    def make_ref(obj: Any) -> Any:
+        kept.append(obj)
+        return wire.reference(len(kept), type(obj).__name__)
+
+    tree = wire.encode(values, make_ref)
+    assert kept == values and all(a is b for a, b in zip(kept, values, strict=True))
+    assert [node["~"] for node in tree] == ["r"] * len(values)
+
+
+def test_a_class_that_compares_by_its_own_rules_is_marked_for_the_receiver() -> None:
+    class Same:
+        def __eq__(self, other: object) -> bool:
+            return True
+
+    class Plain:
+        pass
+
+    judged = (1 << len(wire.PROXY_METHODS)) * ((1 << len(wire.JUDGING_METHODS)) - 1)
+    assert wire.methods_of(Same) & judged  # __eq__ of its own: never answered for it
+    assert not wire.methods_of(Plain) & judged  # object's identity rules: answered exactly
 
 
 def test_objects_that_are_not_plain_data_travel_as_references() -> None:

@@ -383,7 +383,7 @@ def test_a_program_recurses_exactly_as_deep_as_in_one_process() -> None:
 
 def test_the_site_builtins_are_there_as_in_one_process() -> None:
     program = "def f(x):\n    return [exit, quit, help, copyright, credits, license]\n"
-    test = "def check(candidate):\n    assert len(candidate(1)) == 6\n"
+    test = "def check(candidate):\n    assert len(candidate(1)) == 6\n    assert callable(exit)\n"
     request = ExecutionRequest(program, test=FunctionTest(test, "f"), limits=LIMITS)
     assert one_process(request)
     with ExecutionService(workers=1, limits=LIMITS) as service:

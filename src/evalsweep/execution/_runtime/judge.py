@@ -32,7 +32,16 @@ from typing import Any
 
 from . import wire
 
-_BUILTIN_NAMES = frozenset(vars(builtins))
+# The interpreter's builtins plus what ``site`` adds to a plain interpreter (``exit``,
+# ``help``, ...: the zygote adds them at start-up, after this module is imported).
+_BUILTIN_NAMES = frozenset(vars(builtins)) | {
+    "exit",
+    "quit",
+    "help",
+    "copyright",
+    "credits",
+    "license",
+}
 _MESSAGE_LIMIT = 2000
 
 
@@ -226,7 +235,20 @@ def _reversed(self: Remote) -> Any:
     return self._ask("reversed")
 
 
+def _judged_by_the_program(name: str) -> Callable[..., Any]:
+    """A question only the program's code answers for its object: never answered here."""
+
+    def ask(self: Remote, *_args: Any) -> Any:
+        raise self._evalsweep_channel.unsupported_value(
+            f"the test asks {name} of an object whose class the program defines "
+            "(only the program's own code can answer; the judge does not let it decide a check)"
+        )
+
+    return ask
+
+
 _REMOTE_METHODS = {
+    **{name: _judged_by_the_program(name) for name in (*wire.JUDGING_METHODS, "__hash__")},
     "__call__": _call,
     "__iter__": _iter,
     "__next__": _next,

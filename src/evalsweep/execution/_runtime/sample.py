@@ -282,7 +282,11 @@ class _Server(wire.Endpoint):
         """Answer until the judge hangs up (end-of-file, or a write it no longer reads)."""
         try:
             while True:
-                request, memo = self.receive(None)
+                try:
+                    request, memo = self.receive(None)
+                except wire.Unsupported as why:  # a value this side cannot rebuild as sent
+                    self.send(wire.dump_json({"t": "unsupported", "msg": str(why)[:200]}))
+                    continue
                 if "op" not in request:
                     raise wire.ProtocolError("a reply where a request was expected")
                 self.serve_one(request, memo)

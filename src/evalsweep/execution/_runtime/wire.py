@@ -184,6 +184,8 @@ def _scan(data: bytes, scan_once: Callable[[str, int], tuple[Any, int]]) -> Any:
         value, end = scan_once(text, 0)
     except StopIteration:
         raise ProtocolError("malformed message: no JSON value") from None
+    except Unsupported:
+        raise  # a value this side cannot rebuild faithfully: not the peer's malformed bytes
     except (ValueError, RecursionError) as error:
         raise ProtocolError(f"malformed message: {type(error).__name__}: {error}"[:300]) from None
     except TypeError as error:  # e.g. an unhashable item inside a set
@@ -351,32 +353,16 @@ class Encoder:
         return self._subclass(value, depth)
 
     def _subclass(self, value: Any, depth: int) -> Any:
-        # Flatten subclasses of the plain types through the *base* type's C
-        # accessors, so overridden dunders (``__iter__``, ``__str__``, ``__eq__``)
-        # are never consulted. ``bool`` cannot be subclassed.
-        if isinstance(value, int):
-            return int.__int__(value)
-        if isinstance(value, float):
-            return float.__float__(value)
-        if isinstance(value, str):
-            return str.__str__(value)
-        if isinstance(value, bytes):
-            return self._node(bytes.__bytes__(value), bytes, depth)
-        if isinstance(value, bytearray):
-            return self._node(bytearray(memoryview(value)), bytearray, depth)
+        # An instance of a subclass of a built-in type is the program's object:
+        # its class may change how it compares, prints or iterates, and ``type()``
+        # tells it apart. It stays where it is, as a reference (the other side
+        # asks it, and never lets its own comparison rules decide a check).
+        # namedtuples whose class only adds field names travel as namedtuples.
         if isinstance(value, tuple):
             fields = namedtuple_fields(type(value), tuple.__len__(value))
             if fields is not None:
                 items = self._items(tuple.__iter__(value), depth)
                 return {_TAG: "nt", "v": [type(value).__name__, list(fields), items]}
-            if fields is None and _is_namedtuple(type(value)):
-                return self._make_ref(value)  # it changes how tuples compare: stays there
-        for base in (list, tuple, set, frozenset):
-            if isinstance(value, base):
-                iterate: Callable[[Any], Any] = base.__iter__  # the base's own iterator
-                return self._node(base(iterate(value)), base, depth)
-        if isinstance(value, dict):
-            return self._node(dict(dict.items(value)), dict, depth)
         # numpy scalars (int64, bool_, str_) behave like their Python values under
         # ``==``; arrays are not scalars and stay references.
         if type(value).__module__ == "numpy" and getattr(value, "ndim", None) == 0:
@@ -702,13 +688,13 @@ def _de_tuple(_d: Decoder, payload: Any) -> Any:
 def _de_set(_d: Decoder, payload: Any) -> Any:
     items = _list(payload, "s")
     check_hashes(items)
-    return rebuild_set(items)
+    return rebuild_set(items, exact=True)
 
 
 def _de_frozenset(_d: Decoder, payload: Any) -> Any:
     items = _list(payload, "f")
     check_hashes(items)
-    return frozenset(rebuild_set(items))
+    return frozenset(rebuild_set(items, exact=True))
 
 
 def _de_dict(_d: Decoder, payload: Any) -> Any:
@@ -924,7 +910,7 @@ def check_hashes(items: list[Any]) -> None:
             )
 
 
-def rebuild_set(items: list[Any]) -> set[Any]:
+def rebuild_set(items: list[Any], exact: bool = False) -> set[Any]:
     """A set with the sender's iteration order whenever CPython can give it one.
 
     Set order is a detail of the hash table's layout, which plain data does
@@ -942,6 +928,8 @@ def rebuild_set(items: list[Any]) -> set[Any]:
     display.update(frozenset(items))
     if _same_order(display, items):
         return display
+    if exact:  # the receiver would iterate it in another order than the sender did
+        raise Unsupported("a set whose iteration order cannot be rebuilt")
     return incremental
 
 
@@ -1211,14 +1199,39 @@ PROXY_METHODS = (
 )
 
 
+# Questions whose answer, for an object of the program's, only the program's own code can
+# give (its class defines them: they are not ``object``'s identity rules). The other side
+# never answers them with defaults of its own: asked, they make the verdict unsupported.
+JUDGING_METHODS = ("__eq__", "__ne__", "__lt__", "__le__", "__gt__", "__ge__", "__contains__")
+_JUDGING_OFFSET = len(PROXY_METHODS)
+_UNHASHABLE_BIT = 1 << (_JUDGING_OFFSET + len(JUDGING_METHODS))
+_CUSTOM_HASH_BIT = _UNHASHABLE_BIT << 1
+_ALL_BITS = (_CUSTOM_HASH_BIT << 1) - 1
+
+
 def methods_of(kind: type) -> int:
-    """The bit set of PROXY_METHODS that ``kind`` defines (through its MRO)."""
+    """What a proxy for an object of ``kind`` must do: bits of PROXY_METHODS ``kind``
+    defines (through its MRO), of JUDGING_METHODS a class other than ``object``
+    defines, and whether it is unhashable or hashes by a rule of its own."""
     bits = 0
     try:
         mro = type.__dict__["__mro__"].__get__(kind)
+        dicts = [type.__dict__["__dict__"].__get__(klass) for klass in mro]
         for index, name in enumerate(PROXY_METHODS):
-            if any(name in type.__dict__["__dict__"].__get__(klass) for klass in mro):
+            if any(name in namespace for namespace in dicts):
                 bits |= 1 << index
+        for index, name in enumerate(JUDGING_METHODS):
+            owner = next(
+                (klass for klass, ns in zip(mro, dicts, strict=True) if name in ns), object
+            )
+            if owner is not object:
+                bits |= 1 << (_JUDGING_OFFSET + index)
+        owner = next(
+            (klass for klass, ns in zip(mro, dicts, strict=True) if "__hash__" in ns), object
+        )
+        if owner is not object:
+            hashing = dicts[mro.index(owner)]["__hash__"]
+            bits |= _UNHASHABLE_BIT if hashing is None else _CUSTOM_HASH_BIT
     except Exception:  # noqa: BLE001 - an odd type: a plain handle
         return 0
     return bits
@@ -1237,14 +1250,18 @@ def proxy_class(base: type, name: Any, bits: Any, methods: dict[str, Any]) -> ty
     name = name[:80] or "object"
     if len(_proxy_classes) >= MAX_CLASSES:  # as for namedtuples; beyond, one class per shape
         name = "object"
-    key = (base, name, bits & (1 << len(PROXY_METHODS)) - 1)
+    key = (base, name, bits & _ALL_BITS)
     cls = _proxy_classes.get(key)
     if cls is None:
         namespace = {
             method: methods[method]
-            for index, method in enumerate(PROXY_METHODS)
+            for index, method in enumerate(PROXY_METHODS + JUDGING_METHODS)
             if bits >> index & 1 and method in methods
         }
+        if bits & _UNHASHABLE_BIT:
+            namespace["__hash__"] = None
+        elif bits & _CUSTOM_HASH_BIT and "__hash__" in methods:
+            namespace["__hash__"] = methods["__hash__"]
         namespace["__slots__"] = ()
         namespace["__qualname__"] = name
         doc = base.__dict__.get("__doc__")
@@ -1296,7 +1313,8 @@ def _same(before: Any, after: Any) -> bool:
 
 
 def _same_set(before: list[Any], obj: set[Any]) -> bool:
-    return len(before) == len(obj) and {id(x) for x in before} == {id(x) for x in obj}
+    """The same members, met in the same order (a set's order is what a program may see)."""
+    return len(before) == len(obj) and all(map(operator.is_, before, obj))
 
 
 def snapshot(memo: dict[int, Any]) -> list[tuple[int, Any, Any]]:
