@@ -248,6 +248,70 @@ CASES: tuple[Case, ...] = (
         'def f(x):\n    """Identity."""\n    return x\n',
         "def check(candidate):\n    assert candidate.__doc__\n",
     ),
+    Case(
+        "list_subclass_with_its_own_equality",
+        "class L(list):\n    def __eq__(self, other):\n        return False\n\n"
+        "    __hash__ = None\n\n\ndef f():\n    return L([1])\n",
+        "def f():\n    return [1]\n",
+        "def check(candidate):\n    assert candidate() == [1]\n",
+    ),
+    Case(
+        "containment_by_the_objects_own_rule",
+        "class B:\n    def __iter__(self):\n        return iter([3])\n\n"
+        "    def __contains__(self, v):\n        return False\n\n\ndef f():\n    return B()\n",
+        "def f():\n    return [3]\n",
+        "def check(candidate):\n    assert 3 in candidate()\n",
+    ),
+    Case(
+        "set_iterated_in_its_own_order",
+        _d("""
+            def f():
+                s = set(range(100))
+                for i in range(100):
+                    if i not in (1, 8):
+                        s.discard(i)
+                return s
+        """),
+        _d("""
+            def f():
+                s = set(range(100))
+                for i in range(100):
+                    if i not in (1, 8):
+                        s.discard(i)
+                return sorted(s, reverse=True)
+        """),
+        # One process iterates that set as [1, 8]: only the rebuilt copy could say [8, 1].
+        "def check(candidate):\n    assert list(candidate()) == [8, 1]\n",
+    ),
+    # -- state one process shares ------------------------------------------------------------------
+    Case(
+        "random_drawn_by_program_and_test",
+        "import random\nrandom.seed(1)\n\ndef f():\n    return random.random()\n",
+        "import random\n\ndef f():\n    return random.Random(1).random()\n",
+        _d("""
+            import random
+            def check(candidate):
+                random.seed(1)
+                first = random.random()
+                assert candidate() == first
+        """),
+    ),
+    Case(
+        "decimal_context_changed_by_the_program",
+        _d("""
+            from decimal import Decimal, getcontext
+            X = Decimal(1) / Decimal(3)
+            getcontext().prec = 5
+            def f():
+                return X
+        """),
+        "from decimal import Decimal\nX = Decimal(1) / Decimal(3)\n\ndef f():\n    return X\n",
+        _d("""
+            from decimal import Decimal
+            def check(candidate):
+                assert candidate() == Decimal(1) / Decimal(3)
+        """),
+    ),
     # -- exception lineage -----------------------------------------------------------------------
     Case(
         "class_renamed_value_error",

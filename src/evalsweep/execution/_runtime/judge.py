@@ -265,6 +265,10 @@ _CHANGED_BY_TEST = (
 )
 
 
+_SHARED_RANDOM = (
+    "the program and the test both use the random module, which one process shares between "
+    "them (the draws of one change the other's)"
+)
 _MODULE = type(contextlib)
 _WATCH_LIMIT = 1000
 
@@ -339,6 +343,10 @@ class SampleChannel(wire.Endpoint):
         self._kept: dict[int, tuple[Any, Any]] = {}
         self._changed: list[int] = []
         self.watch: list[str] | None = None  # the problem's names, sent with the first request
+        # random's state once the judge seeded it, and whether the program drew from its own
+        # random module: one process has one, which the two would share.
+        self.seeded_random: Any = None
+        self.program_random = False
 
     # -- the value model, judge side
 
@@ -456,6 +464,9 @@ class SampleChannel(wire.Endpoint):
 
     def _track(self, reply: dict[str, Any], handed: dict[int, Any]) -> None:
         """Note the copies the program may still change, forget those it no longer can."""
+        if reply.get("rnd") is True:
+            self.program_random = True
+        self.check_random()
         for number in _int_list(reply.get("dropped")):
             self._kept.pop(number, None)
         if any(number in self._kept for number in self._changed):
@@ -475,6 +486,16 @@ class SampleChannel(wire.Endpoint):
                     self._kept[pair[1]] = (obj, None)
         for number, (obj, _) in self._kept.items():
             self._kept[number] = (obj, wire.state(obj))  # in step as of this reply
+
+    def check_random(self) -> None:
+        """Unsupported once both the program and the test have used their random modules."""
+        if (
+            self.program_random
+            and self.seeded_random is not None
+            and importlib.import_module("random").getstate() != self.seeded_random
+        ):
+            self.seeded_random = None  # said once
+            raise self.unsupported_value(_SHARED_RANDOM)
 
     def unsupported_value(self, reason: str) -> UnsupportedValue:
         self.unsupported.append(reason)
@@ -691,7 +712,9 @@ def _run_test(spec: dict[str, Any], namespace: JudgeGlobals) -> None:
     # Every sample of a problem draws the same random inputs (the same
     # test for every sample and every checkpoint). (Imported here: this
     # module is loaded in the sample's zygote too.)
-    importlib.import_module("random").seed(spec["seed"])
+    random = importlib.import_module("random")
+    random.seed(spec["seed"])
+    namespace._channel.seeded_random = random.getstate()
     if spec.get("prelude") is not None:
         namespace.in_prelude = True
         try:
@@ -716,6 +739,7 @@ def _run_test(spec: dict[str, Any], namespace: JudgeGlobals) -> None:
     if not callable(check):
         raise wire.ProtocolError("the test code defines no check()")
     check(candidate)
+    namespace._channel.check_random()  # the test may draw after the program's last reply
 
 
 def _entry(namespace: JudgeGlobals, name: str) -> Any:

@@ -160,6 +160,7 @@ class _Server(wire.Endpoint):
         self._numbers = itertools.count(1)
         # The problem's names the program has too (the judge's list): name -> (value, contents).
         self._watched: dict[str, tuple[Any, Any]] = {}
+        self._shared_before: tuple[Any, Any] = (None, None)
 
     # -- the value model, sample side
 
@@ -209,6 +210,11 @@ class _Server(wire.Endpoint):
         """
         if reply.get("t") not in ("ok", "exc"):
             return reply
+        shared = _shared_state()
+        if shared[1] is not None and shared[1] != _DECIMAL_DEFAULTS:
+            return {"t": "unsupported", "msg": _CHANGED_DECIMAL}
+        if shared[0] != self._shared_before[0]:
+            reply["rnd"] = True  # the judge decides: does the test use random too?
         for name, (value, before) in self._watched.items():
             now = self._namespace.get(name, _ABSENT)
             if now is not value or (before is not None and not wire.same(value, before)):
@@ -294,6 +300,7 @@ class _Server(wire.Endpoint):
             return  # the judge is done (or gone)
 
     def serve_one(self, request: dict[str, Any], memo: dict[int, Any]) -> None:
+        self._shared_before = _shared_state()
         names = request.pop("w", None)
         if names is not None:
             if type(names) is not list or not all(type(name) is str for name in names):
@@ -392,6 +399,46 @@ _CHANGED_NAME = (
     "its new value"
 )
 _ABSENT = object()
+_CHANGED_DECIMAL = (
+    "the program changed the decimal module's context, which one process shares with the test"
+)
+
+
+def _shared_state() -> tuple[Any, Any]:
+    """Module state one process shares between program and test: random's, decimal's context.
+
+    Only modules already loaded (the program's imports): nothing is imported here.
+    """
+    random = sys.modules.get("random")
+    decimal = sys.modules.get("decimal")
+    rng = random.getstate() if random is not None else None
+    return rng, None if decimal is None else _decimal_settings(decimal.getcontext())
+
+
+# The context a fresh interpreter's decimal module starts with (its DefaultContext).
+_DECIMAL_DEFAULTS = (
+    28,
+    "ROUND_HALF_EVEN",
+    -999999,
+    999999,
+    1,
+    0,
+    ("DivisionByZero", "InvalidOperation", "Overflow"),
+)
+
+
+def _decimal_settings(context: Any) -> Any:
+    traps = tuple(sorted(kind.__name__ for kind, on in context.traps.items() if on))
+    return (
+        context.prec,
+        context.rounding,
+        context.Emin,
+        context.Emax,
+        context.capitals,
+        context.clamp,
+        traps,
+    )
+
 
 _serving: list[_Server] = []  # the server of this process, once the program has loaded
 

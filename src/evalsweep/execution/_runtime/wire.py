@@ -928,6 +928,11 @@ def rebuild_set(items: list[Any], exact: bool = False) -> set[Any]:
     display.update(frozenset(items))
     if _same_order(display, items):
         return display
+    # Two items that share a slot end in the order the later one probed past the
+    # earlier: inserted the other way round, they take each other's places.
+    backwards = set(reversed(items))
+    if _same_order(backwards, items):
+        return backwards
     if exact:  # the receiver would iterate it in another order than the sender did
         raise Unsupported("a set whose iteration order cannot be rebuilt")
     return incremental
