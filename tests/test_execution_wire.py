@@ -191,10 +191,11 @@ def test_the_zygote_rehearsal_runs_the_sample_side_and_leaves_nothing_open() -> 
     ready = replies[0]["names"]
     assert sorted(ready) == ["f", "g"] and ready["f"]["v"]["~"] == "r"
     # f(3), g([1, 2]) with its argument changed in place, h() raising, one at a time
-    # The returned list is labelled: the program keeps no reference to it, but the
-    # judge holds a copy, which the next reply may say the program can no longer change.
-    assert replies[1]["v"] == {"~": "=", "n": 0, "v": [3, 1, {"~": "t", "v": [3]}, 6]}
-    assert replies[1]["kept"] == [[0, 1]]
+    # What the reply returns is labelled: the judge holds copies, which the next reply
+    # may say the program can no longer reach (change, or hand back as the same object).
+    inner = {"~": "=", "n": 1, "v": {"~": "t", "v": [3]}}
+    assert replies[1]["v"] == {"~": "=", "n": 0, "v": [3, 1, inner, 6]}
+    assert [label for label, _ in replies[1]["kept"]] == [0, 1]
     assert replies[2]["m"] == [[0, [1, 2, 1]]]
     assert replies[3]["type"] == "ValueError"
     assert replies[5]["type"] == "SyntaxError"

@@ -361,9 +361,17 @@ class SampleChannel(wire.Endpoint):
         kind = type(obj)
         return self.lend(obj, kind.__name__, wire.methods_of(kind))
 
+    def kept_ids(self) -> dict[int, int]:
+        return {id(entry[0]): number for number, entry in self._kept.items()}
+
     def resolve(self, tag: str, payload: list[Any]) -> Any:
         if tag == "j":
             return self.lent(payload)
+        if tag == "k":  # an object the program returned before: the test's copy of it
+            entry = self._kept.get(payload[0]) if type(payload[0]) is int else None
+            if entry is None:
+                raise wire.ProtocolError("an object the judge holds no copy of")
+            return entry[0]
         if tag == "q":
             if len(payload) == 2 and payload[0] == "builtins" and type(payload[1]) is str:
                 value = wire.SAFE_BUILTINS.get(payload[1])
@@ -455,7 +463,9 @@ class SampleChannel(wire.Endpoint):
             raise wire.ProtocolError(f"unexpected reply {kind!r}"[:100])
         self.settle(reply, handed)
         self._track(reply, handed)
-        _replay_effects(reply)
+        lost = _replay_effects(reply)
+        if lost is not None:
+            raise self.unsupported_value(lost)
         if kind == "unsupported":
             raise self.unsupported_value(str(reply.get("msg", ""))[:_MESSAGE_LIMIT])
         if kind == "exc":
@@ -482,10 +492,16 @@ class SampleChannel(wire.Endpoint):
                 if type(pair) is not list or len(pair) != 2 or not _int_list(pair):
                     raise wire.ProtocolError(f"malformed {key}")
                 obj = table.get(pair[0])
-                if obj is not None and wire.mutable(obj):
+                if obj is not None:
                     self._kept[pair[1]] = (obj, None)
         for number, (obj, _) in self._kept.items():
             self._kept[number] = (obj, wire.state(obj))  # in step as of this reply
+
+    def sync(self) -> None:
+        """When the test has ended: did the program change, since its last reply, anything the
+        test holds a copy of (a thread still running, say)? Only if the test asked anything."""
+        if self.sent:
+            self._exchange(lambda encoder: {"op": "sync"})
 
     def check_random(self) -> None:
         """Unsupported once both the program and the test have used their random modules."""
@@ -562,22 +578,33 @@ class SampleChannel(wire.Endpoint):
 _print_warning = getattr(warnings, "_showwarnmsg_impl", None)
 
 
-def _replay_effects(reply: dict[str, Any]) -> None:
+def _replay_effects(reply: dict[str, Any]) -> str | None:
     """What the sample printed and warned during a request, into the test's streams and filters."""
     output = reply.get("o")
-    if type(output) is list and len(output) == 2:
-        for text, stream, original in (
-            (output[0], sys.stdout, sys.__stdout__),
-            (output[1], sys.stderr, sys.__stderr__),
-        ):
+    if type(output) is list:
+        redirected = False
+        for part in output[:100_000]:
+            if type(part) is not list or len(part) != 2 or part[0] not in (0, 1):
+                continue
+            stream, original = (
+                (sys.stdout, sys.__stdout__)
+                if part[0] == 0
+                else (
+                    sys.stderr,
+                    sys.__stderr__,
+                )
+            )
             # The judge's own streams are a log and /dev/null: only a test's
             # redirection wants the text.
-            if type(text) is str and text and stream is not original and stream is not None:
+            if type(part[1]) is str and stream is not original and stream is not None:
+                redirected = True
                 with contextlib.suppress(Exception):
-                    stream.write(text)
+                    stream.write(part[1])
+        if redirected and reply.get("o_cut") is True:
+            return "the program printed more during one call than the judge is sent"
     raised = reply.get("w")
     if type(raised) is not list:
-        return
+        return None
     for item in raised[:64]:
         if type(item) is not list or len(item) != 3 or type(item[2]) is not str:
             continue
@@ -595,6 +622,7 @@ def _replay_effects(reply: dict[str, Any]) -> None:
         finally:
             if quiet:
                 warnings._showwarnmsg_impl = _print_warning  # type: ignore[attr-defined]
+    return None
 
 
 class JudgeGlobals(dict):  # type: ignore[type-arg]
@@ -740,6 +768,7 @@ def _run_test(spec: dict[str, Any], namespace: JudgeGlobals) -> None:
         raise wire.ProtocolError("the test code defines no check()")
     check(candidate)
     namespace._channel.check_random()  # the test may draw after the program's last reply
+    namespace._channel.sync()
 
 
 def _entry(namespace: JudgeGlobals, name: str) -> Any:

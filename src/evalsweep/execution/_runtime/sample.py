@@ -88,18 +88,24 @@ _TEST_METHODS = {
 
 
 class _Tee:
-    """A stream that writes through and keeps a bounded copy of what was written."""
+    """A stream that writes through and keeps a copy of what was written, in one order.
 
-    def __init__(self, target: Any) -> None:
+    Both streams of a request share ``parts``: ``[stream, text]`` in the order
+    written (0 stdout, 1 stderr), so the test's streams get them in that order.
+    """
+
+    def __init__(self, target: Any, stream: int, parts: list[list[Any]], size: list[int]) -> None:
         self._target = target
-        self.parts: list[str] = []
-        self.size = 0
+        self._stream = stream
+        self.parts = parts
+        self._size = size  # characters written to both, shared
 
     def write(self, text: Any) -> Any:
         written = self._target.write(text)
-        if type(text) is str and self.size < _OUTPUT_LIMIT:
-            self.parts.append(text[: _OUTPUT_LIMIT - self.size])
-            self.size += len(text)
+        if type(text) is str and text:
+            if self._size[0] + len(text) <= _OUTPUT_LIMIT:
+                self.parts.append([self._stream, text])
+            self._size[0] += len(text)
         return written
 
     def __getattr__(self, name: str) -> Any:
@@ -112,7 +118,7 @@ _ALWAYS = ("always", None, Warning, None, 0)
 class _Effects:
     """Around one request: capture the output and warnings the program makes, for the judge."""
 
-    __slots__ = ("_err", "_out", "_record", "_saved", "_server", "extra")
+    __slots__ = ("_err", "_out", "_parts", "_record", "_saved", "_server", "_size", "extra")
 
     def __init__(self, server: _Server) -> None:
         self._server = server
@@ -121,8 +127,10 @@ class _Effects:
         self.extra: dict[str, Any] = {}
         out, err = sys.stdout, sys.stderr
         self._saved = (out, err, self._server.recording)
-        self._out = _Tee(out._target if type(out) is _Tee else out)
-        self._err = _Tee(err._target if type(err) is _Tee else err)
+        self._parts: list[list[Any]] = []
+        self._size = [0]
+        self._out = _Tee(out._target if type(out) is _Tee else out, 0, self._parts, self._size)
+        self._err = _Tee(err._target if type(err) is _Tee else err, 1, self._parts, self._size)
         sys.stdout, sys.stderr = self._out, self._err
         self._record: list[Any] = []
         self._server.recording = self._record
@@ -135,8 +143,10 @@ class _Effects:
         if sys.stderr is self._err:
             sys.stderr = err
         self._server.recording = recording
-        if self._out.parts or self._err.parts:
-            self.extra["o"] = ["".join(self._out.parts), "".join(self._err.parts)]
+        if self._parts:
+            self.extra["o"] = self._parts
+        if self._size[0] > _OUTPUT_LIMIT:
+            self.extra["o_cut"] = True  # more than the judge is sent
         if self._record:
             self.extra["w"] = self._record[:64]
 
@@ -160,7 +170,7 @@ class _Server(wire.Endpoint):
         self._numbers = itertools.count(1)
         # The problem's names the program has too (the judge's list): name -> (value, contents).
         self._watched: dict[str, tuple[Any, Any]] = {}
-        self._shared_before: tuple[Any, Any] = (None, None)
+        self._shared_before: tuple[Any, Any, bool] = (None, None, False)
 
     # -- the value model, sample side
 
@@ -176,6 +186,11 @@ class _Server(wire.Endpoint):
     def resolve(self, tag: str, payload: list[Any]) -> Any:
         if tag == "r":
             return self.lent(payload)
+        if tag == "k":  # the test's copy of an object of ours: the object itself
+            entry = self._kept.get(payload[0]) if type(payload[0]) is int else None
+            if entry is None:
+                raise wire.ProtocolError("a copy of an object the program no longer keeps")
+            return entry[0]
         if tag == "q":
             if len(payload) != 2 or not all(type(part) is str for part in payload):
                 raise wire.ProtocolError("malformed name")
@@ -211,6 +226,8 @@ class _Server(wire.Endpoint):
         if reply.get("t") not in ("ok", "exc"):
             return reply
         shared = _shared_state()
+        if shared[2]:
+            return {"t": "unsupported", "msg": _WROTE_FILES}
         if shared[1] is not None and shared[1] != _DECIMAL_DEFAULTS:
             return {"t": "unsupported", "msg": _CHANGED_DECIMAL}
         if shared[0] != self._shared_before[0]:
@@ -221,17 +238,18 @@ class _Server(wire.Endpoint):
                 shown = name if len(name) <= 60 else name[:57] + "..."
                 return {"t": "unsupported", "msg": _CHANGED_NAME.format(shown)}
         handed = {id(obj) for obj in memo.values()}
-        dropped = self._drop_unreachable()
+        # Changes first: an object changed and then let go (by a thread that ended) was seen.
         for obj, before in self._kept.values():
             if id(obj) not in handed and not wire.same(obj, before):
                 return {"t": "unsupported", "msg": _CHANGED_LATER}
+        dropped = self._drop_unreachable()
         kept = []
         for obj in wire.encoded_objects(encoder):
-            if wire.mutable(obj) and id(obj) not in handed:
+            if id(obj) not in handed:  # mutable: for its changes; any: for its identity
                 label = wire.label_late(encoder, obj)
                 if label is not None:
                     kept.append([label, self._keep(obj)])
-        arguments = [[label, self._keep(obj)] for label, obj in memo.items() if wire.mutable(obj)]
+        arguments = [[label, self._keep(obj)] for label, obj in memo.items()]
         for number, (obj, _) in self._kept.items():
             if id(obj) in handed:  # its new contents travel with this reply
                 self._kept[number] = (obj, wire.state(obj))
@@ -242,6 +260,9 @@ class _Server(wire.Endpoint):
         if dropped:
             reply["dropped"] = dropped
         return reply
+
+    def kept_ids(self) -> dict[int, int]:
+        return {id(entry[0]): number for number, entry in self._kept.items()}
 
     def _keep(self, obj: Any) -> int:
         number = next(self._numbers)
@@ -306,7 +327,7 @@ class _Server(wire.Endpoint):
             if type(names) is not list or not all(type(name) is str for name in names):
                 raise wire.ProtocolError("malformed list of names")
             self._watched = {
-                name: (value, wire.state(value) if wire.mutable(value) else None)
+                name: (value, wire.state(value))
                 for name in names
                 if (value := self._namespace.get(name, _ABSENT)) is not _ABSENT
             }
@@ -357,6 +378,8 @@ class _Server(wire.Endpoint):
             return str.__str__(repr(obj))
         if op == "reversed":
             return reversed(obj)
+        if op == "sync":  # the test has ended: only the checks of finish_reply
+            return None
         raise wire.ProtocolError(f"unknown request {op!r}"[:100])
 
     def ask_judge(
@@ -399,20 +422,35 @@ _CHANGED_NAME = (
     "its new value"
 )
 _ABSENT = object()
+_WROTE_FILES = (
+    "the program wrote files, which in one process the test would find (the judge runs elsewhere)"
+)
+# The sample's scratch space (its working directory, empty when it starts); None where
+# no sample is being served (the zygote's rehearsal).
+_SCRATCH: str | None = None
 _CHANGED_DECIMAL = (
     "the program changed the decimal module's context, which one process shares with the test"
 )
 
 
-def _shared_state() -> tuple[Any, Any]:
-    """Module state one process shares between program and test: random's, decimal's context.
+def _shared_state() -> tuple[Any, Any, bool]:
+    """State one process shares between program and test: random's, decimal's context, files.
 
-    Only modules already loaded (the program's imports): nothing is imported here.
+    Only modules already loaded (the program's imports): nothing is imported here. The
+    files are those in the sample's scratch space (its working directory, empty when it
+    started): the test would see them in one process.
     """
     random = sys.modules.get("random")
     decimal = sys.modules.get("decimal")
     rng = random.getstate() if random is not None else None
-    return rng, None if decimal is None else _decimal_settings(decimal.getcontext())
+    context = None if decimal is None else _decimal_settings(decimal.getcontext())
+    wrote = False
+    if _SCRATCH is not None:
+        try:
+            wrote = bool(os.listdir(_SCRATCH))
+        except OSError:
+            wrote = True  # the program removed or hid its scratch space
+    return rng, context, wrote
 
 
 # The context a fresh interpreter's decimal module starts with (its DefaultContext).
@@ -467,6 +505,8 @@ def serve_functions(source: str, rpc_fd: int, max_frame: int, announce: list[str
     ``announce`` names the functions under test: their lookups travel with the
     "ready" message, which saves the judge a round trip per sample.
     """
+    global _SCRATCH
+    _SCRATCH = os.getcwd()
     _serve_functions(source, rpc_fd, max_frame, announce)
     _flush_output()
     os._exit(0)

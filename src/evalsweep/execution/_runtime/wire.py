@@ -261,9 +261,11 @@ class Encoder:
         make_ref: Callable[[Any], Any],
         known: dict[int, int] | None = None,
         label_all: bool = False,
+        kept: dict[int, int] | None = None,
     ) -> None:
         self._make_ref = make_ref
         self._known = known or {}
+        self._kept = kept or {}  # id() -> number of an object the peer holds a copy of
         self._label_all = label_all
         self._seen: dict[int, list[Any]] = {}  # id -> [object, node, label, done]
         self._late: dict[int, int] = {}  # id(node) -> label given after it was written
@@ -295,6 +297,9 @@ class Encoder:
         label = self._known.get(key)
         if label is not None:
             return {_TAG: "a", "v": label}
+        number = self._kept.get(key)
+        if number is not None:  # the peer's copy of it: the same object again
+            return {_TAG: "k", "v": [number]}
         entry = self._seen.get(key)
         if entry is not None:
             if not entry[3]:
@@ -872,6 +877,7 @@ _DECODE: dict[str, Callable[[Decoder, Any], Any]] = {
     "a": _de_handed,
     "r": _de_resolved("r"),
     "j": _de_resolved("j"),
+    "k": _de_resolved("k"),
     "q": _de_resolved("q"),
     "od": _de_ordered,
     "ct": _de_counter,
@@ -1343,12 +1349,17 @@ def mutable(obj: Any) -> bool:
 
 
 def state(obj: Any) -> Any:
-    """What a mutable object holds now, to tell later whether it changed (see :func:`same`)."""
-    return _state(obj)
+    """What a mutable object holds now, to tell later whether it changed (see :func:`same`).
+
+    None for an object that cannot change in place (kept for its identity only).
+    """
+    return _state(obj) if _mutable(obj) else None
 
 
 def same(obj: Any, before: Any) -> bool:
     """Whether ``obj`` holds what it held when ``state(obj)`` gave ``before`` (by identity)."""
+    if before is None:
+        return True
     return _same_set(before, obj) if type(obj) is set else _same(before, _state(obj))
 
 
@@ -1454,6 +1465,10 @@ class Endpoint:
         """The reply to send, given the request's objects (``memo``); this side's additions."""
         return reply
 
+    def kept_ids(self) -> dict[int, int]:
+        """``id()`` -> number of this side's objects the peer holds a copy of (sent as ``k``)."""
+        return {}
+
     # -- objects lent to the peer
 
     def lend(self, obj: Any, type_name: str, methods: int) -> dict[str, Any]:
@@ -1513,7 +1528,7 @@ class Endpoint:
         the labels of what was sent (the objects the reply may name as ``"a"``).
         """
         with self._lock:
-            encoder = Encoder(self.make_ref, label_all=True)
+            encoder = Encoder(self.make_ref, label_all=True, kept=self.kept_ids())
             with raised_recursion_limit():
                 payload = self.dump(encoder, build(encoder))
             self.send(payload)
@@ -1535,7 +1550,7 @@ class Endpoint:
         try:
             before = snapshot(memo) if memo else []
             known = {id(obj): label for label, obj in memo.items()} if memo else None
-            encoder = Encoder(self.make_ref, known)
+            encoder = Encoder(self.make_ref, known, kept=self.kept_ids())
             failed: BaseException | None = None
             extra: dict[str, Any] | None = None
             try:
