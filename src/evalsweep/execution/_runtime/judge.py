@@ -361,6 +361,22 @@ class SampleChannel(wire.Endpoint):
         kind = type(obj)
         return self.lend(obj, kind.__name__, wire.methods_of(kind))
 
+    def serve_one(self, request: dict[str, Any], memo: dict[int, Any]) -> None:
+        """A request of the program's (a call into a function the test passed it): the
+        copies it hands over are kept in step like the values it returns."""
+        pairs = request.pop("kept", None)
+        super().serve_one(request, memo)
+        if pairs is None:
+            return
+        if type(pairs) is not list:
+            raise wire.ProtocolError("malformed kept")
+        for pair in pairs:
+            if type(pair) is not list or len(pair) != 2 or not _int_list(pair):
+                raise wire.ProtocolError("malformed kept")
+            obj = memo.get(pair[0])
+            if obj is not None:
+                self._kept[pair[1]] = (obj, wire.state(obj))
+
     def kept_ids(self) -> dict[int, int]:
         return {id(entry[0]): number for number, entry in self._kept.items()}
 

@@ -394,6 +394,10 @@ class _Server(wire.Endpoint):
             elif op == "call":
                 message["a"] = [encoder.encode(arg) for arg in args]
                 message["k"] = {str(name): encoder.encode(arg) for name, arg in kwargs.items()}
+            # The test's function holds copies of what it was given: kept in step as results are.
+            kept = [[label, self._keep(obj)] for label, obj in encoder.labels.items()]
+            if kept:
+                message["kept"] = kept
             return message
 
         reply, handed = self.exchange(build)

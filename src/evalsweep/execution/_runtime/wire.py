@@ -1062,8 +1062,12 @@ MESSAGE_LIMIT = 2000
 _LINEAGE_LIMIT = 24
 
 
-def exception_facts(error: BaseException, encoder: Encoder | None) -> dict[str, Any]:
-    """Plain facts about an exception: its class's lineage, args, message (bounded)."""
+def exception_facts(
+    error: BaseException, encoder: Encoder | None, depth: int = 0
+) -> dict[str, Any]:
+    """Plain facts about an exception: its class's lineage, args, message (bounded), its
+    attributes, notes, ``repr`` and the exceptions chained to it (``__cause__``,
+    ``__context__``), as a test in the same process could read them."""
     try:
         message = str(error)
     except BaseException:  # a hostile __str__
@@ -1079,7 +1083,10 @@ def exception_facts(error: BaseException, encoder: Encoder | None) -> dict[str, 
         try:
             args = BaseException.__dict__["args"].__get__(error)
             facts["args"] = encoder.encode(tuple(args))
-            own = vars(error) if facts["mro"][0][0] is not None else {}
+            own = dict(vars(error))
+            notes = own.pop("__notes__", None)
+            if notes is not None:
+                facts["notes"] = [str(note)[:MESSAGE_LIMIT] for note in list(notes)[:16]]
             attrs = {
                 str(name): encoder.encode(value)
                 for name, value in list(own.items())[:16]
@@ -1087,9 +1094,36 @@ def exception_facts(error: BaseException, encoder: Encoder | None) -> dict[str, 
             }
             if attrs:
                 facts["attrs"] = attrs
+            if len(own) > len(attrs):  # more than travels: the test could read it
+                facts["lossy"] = "an exception with private or too many attributes"
         except Exception:  # noqa: BLE001 - args that cannot travel: the message does
             facts.pop("args", None)
+            facts["lossy"] = "an exception whose arguments or attributes cannot travel"
+        if facts["mro"][0][0] is None and "__repr__" in _own_methods(kind):
+            with contextlib.suppress(BaseException):
+                facts["repr"] = str(repr(error))[:MESSAGE_LIMIT]
+        for link in ("__cause__", "__context__"):
+            chained = getattr(error, link, None)
+            if isinstance(chained, BaseException):
+                if depth >= _CHAIN_LIMIT:
+                    facts["lossy"] = "an exception chain too long to carry"
+                else:
+                    facts[link] = exception_facts(chained, encoder, depth + 1)
+        facts["suppress"] = bool(error.__suppress_context__)
     return facts
+
+
+_CHAIN_LIMIT = 4
+
+
+def _own_methods(kind: type) -> set[str]:
+    """Names the program's classes in ``kind``'s lineage define (not the standard library's)."""
+    names: set[str] = set()
+    for klass in kind.__mro__:
+        if class_name(klass)[0] is not None:  # the standard library's from here on
+            break
+        names.update(vars(klass))
+    return names
 
 
 class _Carried:
@@ -1103,6 +1137,12 @@ def _carried_str(self: BaseException) -> str:
     """``str()`` of a rebuilt exception: the text its own class gave it where it was raised."""
     message = self.__dict__.get("_carried_message")
     return message if type(message) is str else BaseException.__str__(self)
+
+
+def _carried_repr(self: BaseException) -> str:
+    """``repr()`` of a rebuilt exception: its own class's, where that class defines one."""
+    text = self.__dict__.get("_carried_repr")
+    return text if type(text) is str else BaseException.__repr__(self)
 
 
 _lineage_classes: dict[tuple[Any, ...], type] = {}
@@ -1149,12 +1189,7 @@ def rebuild_exception(
         if not issubclass(own, BaseException):
             raise ProtocolError("an exception whose class is not an exception")
         exact = _instance(own, args)
-        attrs = facts.get("attrs")
-        if type(attrs) is dict:
-            for key, value in attrs.items():
-                if type(key) is str and not key.startswith("_"):
-                    with contextlib.suppress(Exception):
-                        setattr(exact, key, value)
+        _attach(exact, facts, resolve, mixin)
         return exact
     bases: list[type] = []
     for klass in classes[1:]:
@@ -1170,7 +1205,12 @@ def rebuild_exception(
     if cls is None:
         if len(_lineage_classes) >= MAX_CLASSES:  # as for namedtuples
             raise Unsupported(f"more than {MAX_CLASSES} exception classes")
-        namespace = {"remote_type": name, "__module__": "builtins", "__str__": _carried_str}
+        namespace = {
+            "remote_type": name,
+            "__module__": "builtins",
+            "__str__": _carried_str,
+            "__repr__": _carried_repr,
+        }
         try:
             cls = type(name, (*bases, mixin), namespace)
         except TypeError as why:
@@ -1178,7 +1218,38 @@ def rebuild_exception(
         _lineage_classes[key] = cls
     rebuilt = _instance(cls, args)
     rebuilt.__dict__["_carried_message"] = str(facts.get("msg", ""))[:MESSAGE_LIMIT]
+    if type(facts.get("repr")) is str:
+        rebuilt.__dict__["_carried_repr"] = facts["repr"]
+    _attach(rebuilt, facts, resolve, mixin)
     return rebuilt
+
+
+def _attach(
+    error: BaseException, facts: dict[str, Any], resolve: Callable[[str, str], Any], mixin: type
+) -> None:
+    """The attributes, notes and chained exceptions ``facts`` carry, onto ``error``."""
+    if "lossy" in facts:
+        raise Unsupported(str(facts["lossy"])[:200])
+    attrs = facts.get("attrs")
+    if type(attrs) is dict:
+        for key, value in attrs.items():
+            if type(key) is str and not key.startswith("_"):
+                try:
+                    setattr(error, key, value)
+                except Exception:  # noqa: BLE001 - a read-only attribute of its class
+                    raise Unsupported(
+                        f"an exception attribute {key[:40]!r} cannot be set here"
+                    ) from None
+    notes = facts.get("notes")
+    if type(notes) is list:
+        for note in notes[:16]:
+            if type(note) is str:
+                error.add_note(note)
+    for link in ("__cause__", "__context__"):
+        chained = facts.get(link)
+        if type(chained) is dict:
+            setattr(error, link, rebuild_exception(chained, resolve, mixin))
+    error.__suppress_context__ = facts.get("suppress") is True
 
 
 def _instance(cls: type, args: tuple[Any, ...]) -> Any:
