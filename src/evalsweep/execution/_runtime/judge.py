@@ -274,7 +274,7 @@ _WATCH_LIMIT = 1000
 
 
 def _with_watch(
-    build: Callable[[wire.Encoder], dict[str, Any]], names: list[str]
+    build: Callable[[wire.Encoder], dict[str, Any]], names: dict[str, str]
 ) -> Callable[[wire.Encoder], dict[str, Any]]:
     def watched(encoder: wire.Encoder) -> dict[str, Any]:
         message = build(encoder)
@@ -342,7 +342,8 @@ class SampleChannel(wire.Endpoint):
         # sample's ``finish_reply``): number -> (object, contents when in step).
         self._kept: dict[int, tuple[Any, Any]] = {}
         self._changed: list[int] = []
-        self.watch: list[str] | None = None  # the problem's names, sent with the first request
+        # The problem's names and digests, sent with the first request.
+        self.watch: dict[str, str] | None = None
         # random's state once the judge seeded it, and whether the program drew from its own
         # random module: one process has one, which the two would share.
         self.seeded_random: Any = None
@@ -771,11 +772,11 @@ def _run_test(spec: dict[str, Any], namespace: JudgeGlobals) -> None:
             namespace.pop(name, None)
         # The problem's own names the program has too: a change the program makes
         # to one would show in the test in one process, so the sample watches them.
-        namespace._channel.watch = [
-            name
-            for name, value in dict.items(namespace)
+        namespace._channel.watch = {
+            name: wire.digest(value)
+            for name, value in list(dict.items(namespace))[:_WATCH_LIMIT]
             if not name.startswith("__") and type(value) is not _MODULE
-        ][:_WATCH_LIMIT]
+        }
     exec(spec["test"], namespace)
     candidate = None if spec["entry_point"] == "None" else _entry(namespace, spec["entry_point"])
     # ``dict.get`` skips __missing__: the check function must be the test's own.

@@ -169,7 +169,7 @@ class _Server(wire.Endpoint):
         self._kept: dict[int, tuple[Any, Any]] = {}
         self._numbers = itertools.count(1)
         # The problem's names the program has too (the judge's list): name -> (value, contents).
-        self._watched: dict[str, tuple[Any, Any]] = {}
+        self._watched: dict[str, str] = {}
         self._shared_before: tuple[Any, Any, bool] = (None, None, False)
 
     # -- the value model, sample side
@@ -232,9 +232,9 @@ class _Server(wire.Endpoint):
             return {"t": "unsupported", "msg": _CHANGED_DECIMAL}
         if shared[0] != self._shared_before[0]:
             reply["rnd"] = True  # the judge decides: does the test use random too?
-        for name, (value, before) in self._watched.items():
+        for name, problems in self._watched.items():
             now = self._namespace.get(name, _ABSENT)
-            if now is not value or (before is not None and not wire.same(value, before)):
+            if now is _ABSENT or wire.digest(now) != problems:
                 shown = name if len(name) <= 60 else name[:57] + "..."
                 return {"t": "unsupported", "msg": _CHANGED_NAME.format(shown)}
         handed = {id(obj) for obj in memo.values()}
@@ -324,12 +324,12 @@ class _Server(wire.Endpoint):
         self._shared_before = _shared_state()
         names = request.pop("w", None)
         if names is not None:
-            if type(names) is not list or not all(type(name) is str for name in names):
+            if type(names) is not dict or not all(type(d) is str for d in names.values()):
                 raise wire.ProtocolError("malformed list of names")
+            # The problem's names the program has too, with the problem's own digest: a
+            # program that redefined or changed one (at load, or later) differs from it.
             self._watched = {
-                name: (value, wire.state(value))
-                for name in names
-                if (value := self._namespace.get(name, _ABSENT)) is not _ABSENT
+                name: problems for name, problems in names.items() if name in self._namespace
             }
         if request.get("op") == "get":
             encoder = wire.Encoder(self.make_ref)

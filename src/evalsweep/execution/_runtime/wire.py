@@ -27,6 +27,7 @@ import base64
 import builtins
 import contextlib
 import gc
+import hashlib
 import importlib
 import json
 import operator
@@ -34,6 +35,7 @@ import os
 import struct
 import sys
 import threading
+import types
 from collections.abc import Callable
 from typing import Any
 
@@ -1432,6 +1434,82 @@ def same(obj: Any, before: Any) -> bool:
     if before is None:
         return True
     return _same_set(before, obj) if type(obj) is set else _same(before, _state(obj))
+
+
+_DIGEST_NODES = 20_000  # the most objects one digest walks (then it names the object only)
+
+
+def digest(value: Any) -> str:
+    """A text that two processes give alike exactly when ``value`` is alike in both.
+
+    Plain values by their ``repr``; containers by their items; functions by their
+    code (names, constants, instructions, not the file name or first line), defaults
+    and attributes; classes by their own namespace; modules by name; other objects
+    by their type and attributes. A value too large to walk digests to its ``id``,
+    which differs between processes (so it is never taken as unchanged there).
+    """
+    out = hashlib.sha256()
+    budget = [_DIGEST_NODES]
+    _digest_into(out, value, budget, set())
+    return out.hexdigest() if budget[0] >= 0 else f"id:{id(value)}"
+
+
+def _digest_into(out: Any, value: Any, budget: list[int], path: set[int]) -> None:
+    budget[0] -= 1
+    if budget[0] < 0:
+        return
+    kind = type(value)
+    out.update(kind.__qualname__.encode() + b"\0")
+    if kind in _SCALARS or kind in (bytes, complex):
+        out.update(repr(value).encode("utf-8", "surrogatepass") + b"\1")
+        return
+    if id(value) in path:  # a cycle: named, not walked again
+        out.update(b"cycle\1")
+        return
+    path.add(id(value))
+    try:
+        if isinstance(value, dict):
+            for key, item in list(value.items()):
+                _digest_into(out, key, budget, path)
+                _digest_into(out, item, budget, path)
+        elif isinstance(value, list | tuple | set | frozenset | bytearray):
+            for item in list(value):
+                _digest_into(out, item, budget, path)
+        elif kind is types.FunctionType:
+            _digest_code(out, value.__code__, budget, path)
+            for part in (value.__defaults__, value.__kwdefaults__, value.__dict__):
+                _digest_into(out, part, budget, path)
+        elif kind is types.ModuleType:
+            out.update(str(value.__name__).encode())
+        elif isinstance(value, type):
+            name = safe_name(value)
+            if name is not None:  # a builtin or standard-library class: its name
+                out.update("/".join(name).encode())
+            else:
+                for key, item in list(vars(value).items()):
+                    if key not in ("__dict__", "__weakref__", "__module__", "__doc__"):
+                        _digest_into(out, key, budget, path)
+                        _digest_into(out, item, budget, path)
+        elif kind in (types.BuiltinFunctionType, types.MethodType, staticmethod, classmethod):
+            name = safe_name(value)
+            if name is not None:
+                out.update("/".join(name).encode())
+            else:
+                _digest_into(out, getattr(value, "__func__", None), budget, path)
+        else:
+            _digest_into(out, getattr(value, "__dict__", None), budget, path)
+    finally:
+        path.discard(id(value))
+
+
+def _digest_code(out: Any, code: types.CodeType, budget: list[int], path: set[int]) -> None:
+    out.update(code.co_code + code.co_exceptiontable + code.co_linetable)
+    out.update(repr((code.co_names, code.co_varnames, code.co_argcount)).encode())
+    for const in code.co_consts:
+        if type(const) is types.CodeType:
+            _digest_code(out, const, budget, path)
+        else:
+            _digest_into(out, const, budget, path)
 
 
 def label_late(encoder: Encoder, obj: Any) -> int | None:
