@@ -107,3 +107,68 @@ def test_every_reference_is_resolved_before_any_is_used(gpt2_a: Path, tmp_path: 
 def test_same_reference_twice_is_refused(gpt2_a: Path) -> None:
     with pytest.raises(CheckpointError, match="given twice"):
         resolve_checkpoints([str(gpt2_a), str(gpt2_a)])
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "model.safetensors.index.json", "special_tokens_map.json", "added_tokens.json",
+        "vocab.json", "merges.txt", "spiece.model", "tokenizer.json", "tokenizer_config.json",
+        "generation_config.json", "config.json", "chat_template.jinja", "chat_template.json",
+    ],
+)  # fmt: skip
+def test_every_file_loading_reads_is_part_of_the_identity(folder_copy: Path, name: str) -> None:
+    before = resolve_checkpoint(str(folder_copy)).identity
+    file = folder_copy / name
+    if name == "config.json":  # still valid JSON, one value changed
+        file.write_text(file.read_text().replace("}", ', "evalsweep_test": 1}', 1))
+    else:
+        file.write_bytes((file.read_bytes() if file.exists() else b"") + b"\n{}")
+    assert resolve_checkpoint(str(folder_copy)).identity != before
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["optimizer.pt", "scheduler.pt", "scaler.pt", "rng_state.pth", "rng_state_3.pth",
+     "trainer_state.json", "training_args.bin", "latest", "zero_to_fp32.py"],
+)  # fmt: skip
+def test_training_state_beside_a_checkpoint_is_not_part_of_its_identity(
+    folder_copy: Path, name: str
+) -> None:
+    before = resolve_checkpoint(str(folder_copy)).identity
+    (folder_copy / name).write_bytes(b"training state")
+    (folder_copy / "global_step10").mkdir()  # DeepSpeed's folder of states
+    assert resolve_checkpoint(str(folder_copy)).identity == before
+
+
+def test_a_file_name_that_is_not_utf8_is_hashed_by_its_bytes(folder_copy: Path) -> None:
+    before = resolve_checkpoint(str(folder_copy)).identity
+    odd = bytes(folder_copy) + b"/extra\xfe.safetensors"
+    shutil.copyfile(folder_copy / "model.safetensors", odd)
+    with_odd = resolve_checkpoint(str(folder_copy)).identity
+    assert LOCAL_IDENTITY.match(with_odd) and with_odd != before
+    Path(odd.decode("utf-8", "surrogateescape")).unlink()
+    shutil.copyfile(
+        folder_copy / "model.safetensors", bytes(folder_copy) + b"/extra\xff.safetensors"
+    )
+    assert resolve_checkpoint(str(folder_copy)).identity not in (before, with_odd)
+
+
+def test_an_unreadable_file_is_one_line_naming_the_checkpoint(folder_copy: Path) -> None:
+    import os
+
+    if os.geteuid() == 0:
+        pytest.skip("root reads any file")
+    (folder_copy / "tokenizer_config.json").chmod(0)
+    with pytest.raises(CheckpointError) as caught:
+        resolve_checkpoint(str(folder_copy))
+    message = str(caught.value)
+    assert repr(str(folder_copy)) in message and "tokenizer_config.json" in message
+    assert "\n" not in message
+
+
+def test_a_folder_named_like_a_hub_pattern_resolves_as_the_folder(
+    gpt2_a: Path, tmp_path: Path
+) -> None:
+    folder = Path(shutil.copytree(gpt2_a, tmp_path / "exp@[lr=3e-4]"))
+    assert resolve_checkpoint(str(folder)).identity == resolve_checkpoint(str(gpt2_a)).identity

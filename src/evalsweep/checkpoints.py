@@ -4,8 +4,14 @@ A person names checkpoints the way they think of them: a local folder, a Hub
 id (``org/name``) or a training step on the Hub (``org/name@step100000``).
 Results must record exactly what was evaluated, so every reference is
 resolved before any compute to an identity: the Hub commit sha, or for a
-local folder a fingerprint of its config and weight files. Two references to
-the same bytes share an identity, and so share cached results.
+local folder a fingerprint of every file loading it can read (every regular file
+of the folder but the training state a trainer saves beside it, see
+:data:`TRAINING_ONLY`). Two references to the same bytes share an identity, and
+so share cached results.
+
+What kind of reference a string is (a local path, a Hub id, a Hub step pattern)
+is decided once, by :func:`reference_kind`, for every caller: a string naming an
+existing path is local, whatever characters it holds.
 
 A PEFT adapter (a folder or Hub repository holding ``adapter_config.json``)
 resolves to its base model plus the adapter: both identities are recorded,
@@ -15,20 +21,72 @@ be compared without merging them and never share cached rows.
 
 from __future__ import annotations
 
+import fnmatch
 import hashlib
 import json
+import os
 import re
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Literal
 
 from evalsweep.errors import CheckpointError
 
 WEIGHT_PATTERNS = ("*.safetensors", "*.bin", "*.pt", "*.pth", "*.gguf")
 ADAPTER_CONFIG = "adapter_config.json"
-ADAPTER_FILES = (ADAPTER_CONFIG, "tokenizer.json", "tokenizer_config.json")
-CONFIG_FILES = ("config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json")
-CODE_PATTERNS = ("*.py", "tokenizer.model")
+#: Files a trainer saves beside a checkpoint that loading the model and its tokenizer never
+#: reads (optimizer, scheduler, scaler and RNG states, the trainer's state and arguments,
+#: DeepSpeed's tag and script). Every other regular file of a checkpoint folder is part of
+#: its identity: weights, the shard index, config, generation config, tokenizer files, chat
+#: templates, code.
+TRAINING_ONLY = (
+    "optimizer.*", "optimizer_*", "scheduler.*", "scaler.*", "rng_state*.pth",
+    "trainer_state.json", "training_args.bin", "latest", "zero_to_fp32.py",
+)  # fmt: skip
 HUB_ID = re.compile(r"^[A-Za-z0-9][\w.\-]*/[\w.\-]+$")
+#: What a reference names: a local path, a Hub id (``org/name[@revision]``) or a Hub
+#: repository's step branches and tags by a pattern (``org/name@step*``).
+ReferenceKind = Literal["local", "hub", "hub_pattern"]
+
+
+def reference_kind(reference: str) -> ReferenceKind:
+    """What ``reference`` names; the one decision every caller uses (the agent's policy
+    check, a run's expansion, resolution, the job's command line).
+
+    A string naming an existing path (or written as one: starting with ``.``, ``/`` or
+    ``~``) is ``local``, whatever characters it holds (``exp@[lr=3e-4]`` is a folder when
+    there is such a folder); otherwise ``@`` followed by ``*``, ``?`` or ``[`` makes a
+    ``hub_pattern``, and anything else is a ``hub`` id (checked when it is resolved).
+    """
+    stripped = reference.strip()
+    try:
+        exists = Path(stripped).expanduser().exists()
+    except (OSError, RuntimeError, ValueError):  # no home for ~user, a NUL
+        exists = False
+    if exists or stripped.startswith((".", "/", "~")):
+        return "local"
+    if "@" in stripped and any(c in stripped.partition("@")[2] for c in "*?["):
+        return "hub_pattern"
+    return "hub"
+
+
+def training_only(name: str) -> bool:
+    """A file a trainer saves beside a checkpoint that loading it never reads."""
+    return any(fnmatch.fnmatchcase(name, pattern) for pattern in TRAINING_ONLY)
+
+
+def weight_files(path: Path) -> list[Path]:
+    """The model weight files of a checkpoint folder (training state excluded)."""
+    found = {p for pattern in WEIGHT_PATTERNS for p in path.glob(pattern) if p.is_file()}
+    kept = [p for p in found if not training_only(p.name)]
+    return sorted(kept, key=lambda p: os.fsencode(p.name))
+
+
+def identity_files(path: Path) -> list[Path]:
+    """Every file of a checkpoint folder its identity covers: each regular file (a link to
+    one too) directly in it, but :data:`TRAINING_ONLY`, in the order of their names' bytes."""
+    files = [p for p in path.iterdir() if p.is_file() and not training_only(p.name)]
+    return sorted(files, key=lambda p: os.fsencode(p.name))
 
 
 @dataclass(frozen=True)
@@ -94,9 +152,13 @@ def resolve_checkpoint(reference: str) -> ResolvedCheckpoint:
     reference = reference.strip()
     if not reference:
         raise CheckpointError("empty checkpoint reference")
-    path = Path(reference).expanduser()
-    if path.exists() or reference.startswith((".", "/", "~")):
-        return _resolve_local(reference, path)
+    kind = reference_kind(reference)
+    if kind == "local":
+        return _resolve_local(reference, Path(reference).expanduser())
+    if kind == "hub_pattern":
+        raise CheckpointError(
+            f"checkpoint {reference!r}: a Hub pattern names a run's steps, not one checkpoint"
+        )
     repo, _, revision = reference.partition("@")
     if not HUB_ID.match(repo):
         raise CheckpointError(
@@ -132,7 +194,7 @@ def _resolve_local(reference: str, path: Path) -> ResolvedCheckpoint:
         raise CheckpointError(
             f"checkpoint {reference!r}: {config} is not valid JSON ({exc})"
         ) from exc
-    weights = sorted(p for pattern in WEIGHT_PATTERNS for p in path.glob(pattern))
+    weights = weight_files(path)
     if not weights:
         raise CheckpointError(
             f"checkpoint {reference!r}: no weight files (*.safetensors, *.bin) in {path}"
@@ -145,7 +207,7 @@ def _resolve_local(reference: str, path: Path) -> ResolvedCheckpoint:
         kind="local",
         location=str(path.resolve()),
         revision=None,
-        identity=f"local:sha256:{fingerprint_folder(path, weights)}",
+        identity=f"local:sha256:{_fingerprint(reference, path)}",
     )
 
 
@@ -164,7 +226,7 @@ def _resolve_local_adapter(reference: str, path: Path) -> ResolvedCheckpoint:
         if file.suffix == ".safetensors":
             _check_safetensors(reference, file)
     base = _resolve_base(reference, base_name, relative_to=path)
-    own = f"local:sha256:{fingerprint_folder(path, weights, ADAPTER_FILES)}"
+    own = f"local:sha256:{_fingerprint(reference, path)}"
     return ResolvedCheckpoint(
         reference=reference,
         kind="local",
@@ -217,8 +279,8 @@ def _check_safetensors(reference: str, file: Path) -> None:
     A truncated or corrupt weight file is found here, before any checkpoint is
     computed, instead of after the earlier checkpoints of a sweep have run.
     """
-    size = file.stat().st_size
     try:
+        size = file.stat().st_size
         with file.open("rb") as handle:
             length = int.from_bytes(handle.read(8), "little")
             if size < 8 or length <= 0 or 8 + length > size:
@@ -231,31 +293,52 @@ def _check_safetensors(reference: str, file: Path) -> None:
         ]
         if 8 + length + max(ends, default=0) > size:
             raise ValueError("file is shorter than its tensors")
+    except OSError as exc:
+        raise CheckpointError(
+            f"checkpoint {reference!r}: cannot read weight file {file.name!r} "
+            f"({exc.strerror or exc})"
+        ) from None
     except (ValueError, KeyError, TypeError, IndexError) as exc:
         raise CheckpointError(
-            f"checkpoint {reference!r}: corrupt weight file {file.name} ({exc})"
+            f"checkpoint {reference!r}: corrupt weight file {file.name!r} ({exc})"
         ) from exc
 
 
-def fingerprint_folder(
-    path: Path, weights: list[Path], config_files: tuple[str, ...] = CONFIG_FILES
-) -> str:
-    """Hash config, tokenizer and weight files' names and contents.
+def fingerprint_folder(path: Path) -> str:
+    """SHA-256 over every file of :func:`identity_files`: each one's name (its bytes, any
+    encoding), size and content, in full.
 
-    Weights are hashed in full: a retrained checkpoint written over the same
-    folder must not be mistaken for the old one by the result cache.
+    Weights are hashed in full, read in 1 MiB blocks: a retrained checkpoint written
+    over the same folder must not be mistaken for the old one by the result cache. The
+    shard index, config, tokenizer files and chat templates are hashed as they are: each
+    changes what loads or what a prompt is.
+
+    Raises:
+        OSError: a file that cannot be read (see :func:`_fingerprint`).
     """
     digest = hashlib.sha256()
-    files = [path / name for name in config_files if (path / name).is_file()]
-    # Code the checkpoint ships (run with --trust-remote-code) and a SentencePiece
-    # model change answers as much as weights do.
-    files += sorted(p for pattern in CODE_PATTERNS for p in path.glob(pattern)) + weights
-    for file in files:
-        digest.update(file.name.encode() + b"\0")
+    for file in identity_files(path):
         with file.open("rb") as handle:
+            size = os.fstat(handle.fileno()).st_size
+            digest.update(os.fsencode(file.name) + b"\0" + str(size).encode() + b"\0")
+            read = 0
             for block in iter(lambda: handle.read(1 << 20), b""):
                 digest.update(block)
+                read += len(block)
+            if read != size:
+                raise OSError(f"{os.fsdecode(file.name)!r} changed while it was read")
     return digest.hexdigest()
+
+
+def _fingerprint(reference: str, path: Path) -> str:
+    """:func:`fingerprint_folder`, with a file that cannot be read as one line naming the
+    checkpoint and the file."""
+    try:
+        return fingerprint_folder(path)
+    except OSError as exc:
+        why = exc.strerror or str(exc)
+        where = f" {os.fsdecode(exc.filename)!r}" if exc.filename else ""
+        raise CheckpointError(f"checkpoint {reference!r}: cannot read{where} ({why})") from None
 
 
 def _resolve_hub(reference: str, repo: str, revision: str | None) -> ResolvedCheckpoint:

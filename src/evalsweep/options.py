@@ -189,6 +189,11 @@ OPTIONS: tuple[Option, ...] = (
        "spec", hidden=True),
     _o("expect_work", "--expect-work", "text", None, "The hash the planned sweep's work must "
        "have (an approved job's).", "spec", hidden=True),
+    _o("pinned", "--pinned", "text", None, "The checkpoints exactly as given, in this order: "
+       "no run expanded, none reordered; the value is each one's training step or '-', "
+       "separated by spaces (an approved job's).", "presentation", hidden=True,
+       pattern=r"(?:[0-9]{1,12}|-)(?: (?:[0-9]{1,12}|-))*",
+       pattern_help="a training step or '-' for each checkpoint, separated by spaces"),
     _o("baseline", "--baseline", "text", None, "Checkpoint the others are compared with "
        "(default: the first).", "job"),
     _o("steps", "--steps", "text", None, "From a run (a folder of checkpoint-N folders, or "

@@ -25,11 +25,11 @@ from __future__ import annotations
 import fnmatch
 import json
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from evalsweep.checkpoints import HUB_ID, WEIGHT_PATTERNS, _check_safetensors
+from evalsweep.checkpoints import HUB_ID, _check_safetensors, reference_kind, weight_files
 from evalsweep.errors import CheckpointError, ConfigError
 
 #: The names training frameworks give checkpoint folders and step branches; any
@@ -130,17 +130,52 @@ class Expansion:
         steps: the training step of each reference that belongs to a run.
         skipped: incomplete checkpoints left out, with why.
         notes: what a person should be told once (an order that was changed).
+        runs: how many of the references given were runs (run folders, Hub patterns).
     """
 
     references: list[str] = field(default_factory=list)
     steps: dict[str, int] = field(default_factory=dict)
     skipped: list[tuple[str, str]] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    runs: int = 0
 
     @property
     def one_run(self) -> bool:
-        """Every reference is a step of a run (the trend view applies)."""
-        return len(self.references) > 1 and all(r in self.steps for r in self.references)
+        """More than one reference, each a step of a run, in step order (the trend view
+        applies)."""
+        return len(self.references) > 1 and in_step_order(self.references, self.steps)
+
+
+def in_step_order(references: Sequence[str], steps: Mapping[str, int]) -> bool:
+    """Every reference has a step, and each step is after the one before: what a list
+    must be to be called "in step order"."""
+    if not all(r in steps for r in references):
+        return False
+    numbers = [steps[r] for r in references]
+    return all(a < b for a, b in zip(numbers, numbers[1:], strict=False))
+
+
+class NoRunError(ConfigError):
+    """A selection (``--steps``, ``--every``, ``--last``) with no run to select from."""
+
+
+def pinned_value(references: Sequence[str], steps: Mapping[str, int]) -> str:
+    """``--pinned``'s value for ``references``: each one's step, or ``-`` (no step)."""
+    return " ".join(str(steps[r]) if r in steps else "-" for r in references)
+
+
+def pinned_expansion(references: Sequence[str], value: str) -> Expansion:
+    """References given with ``--pinned``: exactly these, in this order (none expanded,
+    none reordered), with the steps ``value`` (:func:`pinned_value`) gives them.
+
+    Raises:
+        ConfigError: ``value`` does not give one step (or ``-``) per reference.
+    """
+    words = value.split()
+    if len(words) != len(references):
+        raise ConfigError(f"--pinned gives {len(words)} steps for {len(references)} checkpoints")
+    steps = {r: int(w) for r, w in zip(references, words, strict=True) if w != "-"}
+    return Expansion(references=list(references), steps=steps)
 
 
 def is_run_folder(path: Path) -> bool:
@@ -172,7 +207,7 @@ def incomplete(folder: Path) -> str | None:
         missing = sorted(s for s in shards if not (folder / s).is_file())
         if missing:
             return f"shard {missing[0]} missing ({len(missing)} of {len(shards)})"
-    weights = sorted(p for pattern in WEIGHT_PATTERNS for p in folder.glob(pattern))
+    weights = weight_files(folder)
     if adapter.is_file() and not config.is_file():
         weights = sorted(folder.glob("adapter_model.*"))
     if not weights:
@@ -187,40 +222,58 @@ def incomplete(folder: Path) -> str | None:
 
 
 def is_hub_pattern(reference: str) -> bool:
-    """``org/model@step*``: a Hub repository's step branches and tags, by a pattern."""
-    return "@" in reference and any(c in reference.partition("@")[2] for c in "*?[")
+    """``org/model@step*``: a Hub repository's step branches and tags, by a pattern (never
+    an existing local path: :func:`evalsweep.checkpoints.reference_kind` decides)."""
+    return reference_kind(reference) == "hub_pattern"
+
+
+def run_kind(reference: str) -> str | None:
+    """``"folder"`` (a local run folder), ``"hub"`` (a Hub step pattern) or ``None`` (one
+    checkpoint), by the one decision of :func:`evalsweep.checkpoints.reference_kind`."""
+    kind = reference_kind(reference)
+    if kind == "local":
+        return "folder" if is_run_folder(Path(reference).expanduser()) else None
+    return "hub" if kind == "hub_pattern" else None
 
 
 def expand_references(
     references: Sequence[str],
     selection: Selection | None = None,
     refuse: Callable[[str], str | None] | None = None,
+    check_run: Callable[[int, str, Path], None] | None = None,
 ) -> Expansion:
     """Expand run folders and Hub step patterns; order one run's checkpoints by step.
 
     ``refuse``: says why a run's checkpoint (by the reference it would have) is left
     out, or ``None``; it is left out before the selection, named in ``skipped``.
+    ``check_run``: called with the index, the reference and the folder of each local
+    run folder before it is read (a policy that raises to refuse it), on the same
+    decision that then expands it.
 
     Raises:
         CheckpointError: a run with no checkpoints (or none selected), a Hub pattern
             that matches no step branch or tag, or the Hub cannot be asked.
-        ConfigError: a selection given with no run to select from.
+        NoRunError: a selection given with no run to select from.
     """
     selection = selection or Selection()
     expansion = Expansion()
     runs = 0
-    for reference in references:
-        path = Path(reference).expanduser()
-        if is_run_folder(path):
+    for index, reference in enumerate(references):
+        kind = run_kind(reference)
+        if kind == "folder":
             runs += 1
+            path = Path(reference).expanduser()
+            if check_run is not None:
+                check_run(index, reference, path)
             found = _local_steps(reference, path, expansion, refuse)
             _add(expansion, reference, found, selection)
-        elif is_hub_pattern(reference):
+        elif kind == "hub":
             runs += 1
             found = _refused(expansion, _hub_steps(reference), refuse)
             _add(expansion, reference, found, selection)
         else:
             expansion.references.append(reference)
+    expansion.runs = runs
     if runs == 0:
         _one_run_given(expansion, selection)
     return expansion
@@ -325,13 +378,13 @@ def _one_run_given(expansion: Expansion, selection: Selection) -> None:
     """Checkpoints given one by one that are one run: put them in step order, once said."""
     references = expansion.references
     if selection.chosen:
-        raise ConfigError("--steps, --every and --last select from a run folder or a Hub pattern")
+        raise NoRunError("--steps, --every and --last select from a run folder or a Hub pattern")
     if len(references) < 2:
         return
     groups = set()
     steps: dict[str, int] = {}
     for reference in references:
-        if "@" in reference and not Path(reference).exists():
+        if reference_kind(reference) != "local" and "@" in reference:
             group, _, name = reference.partition("@")
         else:
             parent, _, name = reference.rstrip("/").rpartition("/")

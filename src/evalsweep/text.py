@@ -21,15 +21,24 @@ as something else on a person's screen:
   through it. A character the rule would refuse is shown as its escape
   (``\\x9b``, ``\\u202e``, ``\\U000e0041``), so what reaches the screen is plain
   printable text whatever the data held, and escaped text is plainly not the
-  clean text it imitates. :func:`visible` is idempotent.
+  clean text it imitates. In one-line text (a name, a message) a run of two or more
+  spaces is escaped too (``\\x20\\x20``): spaces cannot push part of a name to the
+  start of a row of its own. :func:`visible` is idempotent.
+- **Rows** (:func:`fold`, :func:`shortened`): what a person approves is printed in
+  rows no wider than their terminal, each row after a line's first one starting with
+  :data:`CONTINUED`, so the terminal never wraps a line itself and no part of a name
+  starts a row as if it were a line of its own; a one-line text whose width nobody
+  knows (the approval question an MCP client shows) holds each long name shortened,
+  with its elision and length said.
 """
 
 from __future__ import annotations
 
 import unicodedata
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
+from rich.cells import cell_len
 from rich.console import Console, ConsoleOptions, RenderableType
 from rich.segment import Segment
 
@@ -42,6 +51,12 @@ MAX_CHARS = 4096
 #: Most combining marks in a row the renderer shows as they are (more are escaped).
 MAX_MARKS = 2
 _NAMED = {"\n": "\\n", "\t": "\\t", "\r": "\\r"}
+#: How every row of a folded line after its first begins (no line a person approves does).
+CONTINUED = "  ... "
+#: Most characters of a name in one-line text whose width is unknown (longer: shortened).
+MAX_NAME_CHARS = 120
+#: The narrowest rows :func:`fold` makes (a terminal narrower still wraps them itself).
+MIN_ROW = 24
 _CATEGORY_WORDS = {
     "Cc": "a control character",
     "Cf": "an invisible format character",
@@ -84,11 +99,17 @@ def _base(char: str) -> bool:
 def visible(text: str, *, newlines: bool = False) -> str:
     """``text`` as it may be shown to a person: every character the rule refuses escaped
     (``newlines``: ``\\n`` and ``\\t`` kept, for multi-line text such as a log), combining
-    marks kept only after a letter, number or mark and at most ``MAX_MARKS`` in a row."""
+    marks kept only after a letter, number or mark and at most ``MAX_MARKS`` in a row; in
+    one-line text (``newlines`` false) every space of a run of two or more escaped."""
     out: list[str] = []
     marks = 0
     previous = ""
-    for char in text:
+    for index, char in enumerate(text):
+        if not newlines and char == " " and (text[index - 1 : index] == " " or
+                                             text[index + 1 : index + 2] == " "):  # fmt: skip
+            out.append(escape(char))
+            previous, marks = "\\", 0
+            continue
         if newlines and char in "\n\t":
             out.append(char)
             previous, marks = char, 0
@@ -107,6 +128,37 @@ def visible(text: str, *, newlines: bool = False) -> str:
         out.append(char)
         previous = char
     return "".join(out)
+
+
+def shortened(
+    value: str, max_chars: int = MAX_NAME_CHARS, render: Callable[[str], str] = visible
+) -> str:
+    """``value`` through ``render`` (:func:`visible`), and when it holds more than
+    ``max_chars`` characters, only its start and end: what is left out is said with its
+    length (``[...57 of 177 characters...]``)."""
+    if len(value) <= max_chars:
+        return render(value)
+    head, tail = value[: max_chars // 2], value[-(max_chars // 4) :]
+    hidden = len(value) - len(head) - len(tail)
+    return f"{render(head)}[...{hidden} of {len(value)} characters...]{render(tail)}"
+
+
+def fold(line: str, width: int) -> list[str]:
+    """``line`` (already through :func:`visible`) as rows of at most ``width`` terminal
+    cells (at least :data:`MIN_ROW`), every row after the first starting with
+    :data:`CONTINUED`; print each as it is, without soft wrap."""
+    width = max(width, MIN_ROW)
+    rows: list[str] = []
+    row, used = "", 0
+    for char in line:
+        size = cell_len(char)
+        if used + size > width:
+            rows.append(row)
+            row, used = CONTINUED, len(CONTINUED)
+        row += char
+        used += size
+    rows.append(row)
+    return rows
 
 
 def _describe(char: str) -> str:

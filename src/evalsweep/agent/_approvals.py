@@ -16,7 +16,7 @@ from typing import Any
 
 from evalsweep.agent._quotes import GateError, Quote, consume, load_quote, mark_approved
 from evalsweep.store import Store
-from evalsweep.text import visible
+from evalsweep.text import MAX_NAME_CHARS, fold, shortened, visible
 
 #: Most characters of a refused call's arguments kept in its audit entry (the count is kept
 #: beside them when there were more).
@@ -155,9 +155,12 @@ def approval_text(store: Store, quote: Quote) -> list[str]:
     for pair in preview.get("identities", []):
         step = steps.get(pair["reference"])
         at = f" (step {step})" if step is not None else ""
-        lines.append(f"  checkpoint {named(pair['reference'])}{at} -> {visible(pair['identity'])}")
+        lines.append(
+            f"  checkpoint {named(pair['reference'], whole=True)}{at} -> "
+            f"{visible(pair['identity'])}"
+        )
     for name, why in run.get("left_out", []):
-        lines.append(f"  left out of the run: {named(name)} ({visible(why)})")
+        lines.append(f"  left out of the run: {named(name, whole=True)} ({visible(why)})")
     if quote.kind == "sweep":
         lines.append(
             f"  tasks {', '.join(named(t) for t in quote.params['tasks'])}; limit "
@@ -186,6 +189,13 @@ def approval_text(store: Store, quote: Quote) -> list[str]:
         + (f", left for this connection ${max(free, 0.0):.4f}" if free is not None else "")
     )
     return lines
+
+
+def approval_rows(store: Store, quote: Quote, width: int) -> list[str]:
+    """:func:`approval_text` as a terminal ``width`` cells wide shows it: every line folded
+    (:func:`evalsweep.text.fold`), so the terminal wraps nothing and every row that does not
+    begin a line begins with the continuation mark."""
+    return [row for line in approval_text(store, quote) for row in fold(line, width)]
 
 
 def decline_quote(store: Store, quote_id: str, by: str) -> None:
@@ -222,26 +232,34 @@ def describe_quote(quote: Quote) -> str:
 
 def _checkpoints(params: dict[str, Any]) -> str:
     """The checkpoints a sweep covers, in words; a run's as the run, its selection and its
-    checkpoints in step order (every name through :func:`named`)."""
+    checkpoints in the order they run, said to be step order only when it is (every name
+    through :func:`named`)."""
+    from evalsweep.runs import in_step_order
+
     run = params.get("run")
     listed = ", ".join(named(c) for c in params["checkpoints"])
     if not run:
         return listed
     chosen = [f"{name} {visible(str(value))}" for name, value in run["selection"].items()
               if value is not None]  # fmt: skip
+    order = "step order" if in_step_order(params["checkpoints"], run["steps"]) else "this order"
     return (
         f"run {', '.join(named(r) for r in run['references'])}"
         + (f" ({', '.join(chosen)})" if chosen else "")
-        + f": {len(params['checkpoints'])} checkpoints in step order, {listed}"
+        + f": {len(params['checkpoints'])} checkpoints in {order}, {listed}"
     )
 
 
-def named(value: str) -> str:
+def named(value: str, *, whole: bool = False) -> str:
     """A name as a person approves it: through the one renderer, and where it holds
     anything but ASCII, followed by its ASCII-escaped form, so a look-alike letter (a
-    Cyrillic 'а' in 'tiny-а') cannot pass for the name it imitates."""
-    shown = visible(value)
-    return shown if value.isascii() else f"{shown} [{ascii(value)}]"
+    Cyrillic 'а' in 'tiny-а') cannot pass for the name it imitates. Unless ``whole`` (a
+    line of ``evalsweep approve``, folded to the terminal), a long name is shortened with
+    its elision and length said: the one-line summary and question are shown at widths
+    nobody here knows."""
+    limit = len(value) if whole else MAX_NAME_CHARS
+    shown = shortened(value, limit)
+    return shown if value.isascii() else f"{shown} [{shortened(value, limit, ascii)}]"
 
 
 def _when(stamp: float) -> str:

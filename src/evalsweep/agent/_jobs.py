@@ -38,6 +38,7 @@ from evalsweep.agent._settings import AgentSettings
 from evalsweep.agent._supervise import REDACT_ENV
 from evalsweep.errors import EvalsweepError
 from evalsweep.options import to_argv, words_only_environment
+from evalsweep.runs import pinned_value
 from evalsweep.store import Store
 from evalsweep.text import visible
 
@@ -81,6 +82,10 @@ def job_command(
         spec = dataclasses.replace(spec, expect_work=params["work_hash"])
     command = [sys.executable, "-m", "evalsweep", "run"]
     command += ["--store", str(store_path), "--out", str(out_dir)]
+    # Exactly the quote's checkpoints, in the quote's order: never expanded again (a run,
+    # a name that reads as a Hub pattern) nor reordered; the steps are the quote's.
+    steps = (params.get("run") or {}).get("steps", {})
+    command += ["--pinned", pinned_value(list(params["checkpoints"]), steps)]
     # Always named: an inherited EVALSWEEP_TARGET must not move the job elsewhere.
     command += ["--target", target, "--progress-lines"]
     return [*command, *to_argv(spec)]

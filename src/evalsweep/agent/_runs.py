@@ -40,7 +40,10 @@ def expand_run(
 ) -> tuple[list[str], dict[str, Any] | None]:
     """The checkpoints a quote covers, and what the run was (``None``: no run was named).
 
-    ``values``: the agent options by option name (``steps``, ``every``, ``last``).
+    ``values``: the agent options by option name (``steps``, ``every``, ``last``). What
+    each reference is (a run folder, a Hub pattern, one checkpoint) is decided once, by
+    :func:`evalsweep.runs.run_kind`, in the expansion itself: the run_dirs check is made
+    on the very decision that reads the folder.
 
     Raises:
         InputError: a run folder outside ``run_dirs``, a selection with no run to select
@@ -48,7 +51,7 @@ def expand_run(
         ConfigError, CheckpointError: a run with none selected, a Hub pattern that cannot
             be listed (as ``evalsweep run`` says it).
     """
-    from evalsweep.runs import Selection, expand_references, is_hub_pattern, is_run_folder
+    from evalsweep.runs import NoRunError, Selection, expand_references
 
     selection = Selection.from_options(values.get("steps"), values.get("every"), values.get("last"))
     where = (
@@ -56,26 +59,24 @@ def expand_run(
         "[agent] run_dirs"
         + (f" ({', '.join(str(d) for d in run_dirs)})" if run_dirs else "; it names none")
     )
-    runs = 0
-    for index, reference in enumerate(checkpoints):
-        if is_hub_pattern(reference):
-            runs += 1
-            continue
-        path = Path(reference).expanduser()
-        if is_run_folder(path):
-            real = path.resolve()
-            if not any(real.is_relative_to(folder) for folder in run_dirs):
-                raise InputError(f"checkpoints[{index}] is a run folder outside the allowed "
-                                 f"folders: {where}")  # fmt: skip
-            runs += 1
-    if runs == 0:
-        if selection.chosen:
-            raise InputError(
-                "steps, every and last select from a run: a run folder (in [agent] run_dirs) "
-                "or a Hub pattern such as org/model@step*"
-            )
+
+    def allowed(index: int, _reference: str, path: Path) -> None:
+        real = path.resolve()
+        if not any(real.is_relative_to(folder) for folder in run_dirs):
+            raise InputError(f"checkpoints[{index}] is a run folder outside the allowed "
+                             f"folders: {where}")  # fmt: skip
+
+    try:
+        expansion = expand_references(
+            list(checkpoints), selection, refuse=_refused_name, check_run=allowed
+        )
+    except NoRunError:
+        raise InputError(
+            "steps, every and last select from a run: a run folder (in [agent] run_dirs) "
+            "or a Hub pattern such as org/model@step*"
+        ) from None
+    if not expansion.runs:
         return list(checkpoints), None
-    expansion = expand_references(list(checkpoints), selection, refuse=_refused_name)
     references = expansion.references
     if len(references) > MAX_CHECKPOINTS:
         raise InputError(

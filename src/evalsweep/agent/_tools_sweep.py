@@ -114,9 +114,10 @@ def _run_document(state: AgentState, params: dict[str, Any], job_id: str) -> _Ru
     from evalsweep.report import results_document
 
     checkpoints = list(params["checkpoints"])
+    # The identities the job pinned and ran, never the folders' contents now.
     result = stored_sweep(
         state.store, checkpoints, list(params["tasks"]), params.get("num_fewshot"),
-        scores_only=True,
+        scores_only=True, identities=list(params["identities"]),
     )  # fmt: skip
     against_first, previous = compare_run(result, None)
     document = results_document(
@@ -454,9 +455,14 @@ def register_sweep_tools(state: AgentState, tool: ToolRegistrar, consent_type: A
         params = job["params"]
         if job["status"] != "finished":
             raise TargetError(f"job {job_id} is {job['status']}; its trend comes when it finished")
+        from evalsweep.runs import in_step_order
+
         run = params.get("run")
-        if not run or len(run["steps"]) < 2:
+        if not run or len(params["checkpoints"]) < 2:
             raise InputError(f"job {job_id} is not a sweep of a training run (quote a run)")
+        if not in_step_order(params["checkpoints"], run["steps"]):
+            raise InputError(f"job {job_id} ran checkpoints that are not one run in step order; "
+                             "compare them with results_table")  # fmt: skip
         from evalsweep.report import trend_summary, with_best
 
         read = _run_document(state, params, job_id)  # the store is this thread's

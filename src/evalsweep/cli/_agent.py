@@ -99,7 +99,7 @@ def approve(quote_id: str, store: Path | None, debug: bool) -> None:
     import getpass
 
     from evalsweep.agent import approve_quote as record_approval
-    from evalsweep.agent._approvals import approval_text, audit_refusal, refusable
+    from evalsweep.agent._approvals import approval_rows, audit_refusal, refusable
     from evalsweep.agent._quotes import GateError
 
     with open_existing_store(store) as results_store:
@@ -110,8 +110,8 @@ def approve(quote_id: str, store: Path | None, debug: bool) -> None:
                 )
             # Unknown, used or expired: said (and audited) before anything is asked.
             quote = refusable(results_store, quote_id)
-            for line in approval_text(results_store, quote):
-                say(line)
+            for row in approval_rows(results_store, quote, _terminal_width()):
+                say(row)  # folded to the terminal: it wraps nothing itself
             if not click.confirm(f"Approve {quote_id}?", default=False):
                 results_store.audit_event(
                     "refusal",
@@ -133,6 +133,21 @@ def approve(quote_id: str, store: Path | None, debug: bool) -> None:
             )
             raise
     say(f"approved {quote_id}")
+
+
+def _terminal_width() -> int:
+    """The columns of the terminal ``approve`` prints to (less one: a row that fills the
+    last column wraps on some terminals), or ``COLUMNS``, or 80."""
+    import os
+    import shutil
+
+    try:
+        columns = os.get_terminal_size(sys.stdout.fileno()).columns
+    except (OSError, ValueError):
+        columns = 0
+    if columns <= 0:
+        columns = shutil.get_terminal_size((80, 24)).columns
+    return max(columns - 1, 1)
 
 
 @main.group()

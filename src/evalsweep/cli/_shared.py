@@ -63,9 +63,14 @@ def expand_checkpoints(references: Sequence[str], values: Mapping[str, Any]) -> 
     ``--last`` applied); incomplete checkpoints are named on stderr once, as is an
     order that was changed."""
     from evalsweep.cli._output import note, warn
-    from evalsweep.runs import Selection, expand_references
+    from evalsweep.errors import ConfigError
+    from evalsweep.runs import Selection, expand_references, pinned_expansion
 
     selection = Selection.from_options(values.get("steps"), values.get("every"), values.get("last"))
+    if values.get("pinned") is not None:  # an approved job's: exactly what was approved
+        if selection.chosen:
+            raise ConfigError("--pinned takes no --steps, --every or --last")
+        return pinned_expansion(list(references), values["pinned"])
     expansion = expand_references(list(references), selection)
     for name, why in expansion.skipped:
         warn(f"{name} is incomplete ({why}); left out")

@@ -159,10 +159,10 @@ def _ready(
     """The run's complete checkpoints whose files have been still for ``settle`` seconds,
     in step order, and their steps (an incomplete one is named once)."""
     from evalsweep.errors import CheckpointError
-    from evalsweep.runs import Selection, expand_references, is_run_folder
+    from evalsweep.runs import Selection, expand_references, run_kind
 
     path = Path(reference).expanduser()
-    if not is_run_folder(path) and "@" not in reference:
+    if run_kind(reference) is None:
         if path.is_dir():
             return [], {}  # no checkpoint folder yet
         raise CheckpointError(f"run {reference!r}: not a folder and not a Hub pattern")

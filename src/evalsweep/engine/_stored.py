@@ -39,6 +39,7 @@ def stored_sweep(
     num_fewshot: int | None = None,
     *,
     scores_only: bool = False,
+    identities: Sequence[str] | None = None,
 ) -> SweepResult:
     """The stored results of ``references`` on ``tasks``, on the documents all of them have.
 
@@ -47,9 +48,22 @@ def stored_sweep(
     documents' rows, targets, predictions and responses are left empty. Aggregates and
     comparisons are the same numbers as from the full rows (a task's ``aggregate`` reads
     only subjects and metrics); flips, which show the questions, need the full rows.
+
+    ``identities``: what each reference was pinned to (an approved job's): its stored
+    results are read under that identity, and nothing is resolved again.
     """
     began = time.time()
-    checkpoints = [_identity(store, ref) for ref in references]
+    if identities is not None:
+        if len(identities) != len(references):
+            raise CheckpointError(
+                f"{len(identities)} identities pinned for {len(references)} checkpoints"
+            )
+        checkpoints = [
+            _pinned(store, ref, identity)
+            for ref, identity in zip(references, identities, strict=True)
+        ]
+    else:
+        checkpoints = [_identity(store, ref) for ref in references]
     task_runs: dict[str, TaskRun] = {}
     results: list[CheckpointTaskResult] = []
     backend_key = ""
@@ -129,6 +143,16 @@ def _score(row: ScoreRecord, shared: dict[tuple[bool, int], ScoredDocument]) -> 
             target="", prediction="", metrics=row.metrics, correct=row.correct
         )
     return found
+
+
+def _pinned(store: Store, reference: str, identity: str) -> ResolvedCheckpoint:
+    """``reference`` as it was pinned to ``identity``: what the store recorded of it when it
+    resolved so, else the identity alone (nothing is read from the folder or the Hub)."""
+    known = store.lookup_reference(reference)
+    if known is not None and known.get("identity") == identity:
+        return ResolvedCheckpoint.from_dict(known)
+    kind = "hub" if identity.startswith("hub:") else "local"
+    return ResolvedCheckpoint(reference, kind, reference, None, identity)
 
 
 def _identity(store: Store, reference: str) -> ResolvedCheckpoint:
