@@ -154,15 +154,32 @@ def test_a_file_name_that_is_not_utf8_is_hashed_by_its_bytes(folder_copy: Path) 
     assert resolve_checkpoint(str(folder_copy)).identity not in (before, with_odd)
 
 
+_RESOLVE = """
+import sys
+from evalsweep.checkpoints import resolve_checkpoint
+from evalsweep.errors import CheckpointError
+try:
+    resolve_checkpoint(sys.argv[1])
+except CheckpointError as error:
+    print(error)
+    sys.exit(3)
+"""
+
+
 def test_an_unreadable_file_is_one_line_naming_the_checkpoint(folder_copy: Path) -> None:
     import os
+    import subprocess
+    import sys
 
-    if os.geteuid() == 0:
-        pytest.skip("root reads any file")
     (folder_copy / "tokenizer_config.json").chmod(0)
-    with pytest.raises(CheckpointError) as caught:
-        resolve_checkpoint(str(folder_copy))
-    message = str(caught.value)
+    # Run without capabilities (root reads any file with them): the file's mode decides.
+    command = [sys.executable, "-c", _RESOLVE, str(folder_copy)]
+    if os.geteuid() == 0:
+        drop = ["--bounding-set", "-all", "--inh-caps", "-all"]
+        command = ["setpriv", *drop, "--securebits", "+noroot,+noroot_locked", *command]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 3, done.stderr[-2000:]
+    message = done.stdout.strip()
     assert repr(str(folder_copy)) in message and "tokenizer_config.json" in message
     assert "\n" not in message
 
