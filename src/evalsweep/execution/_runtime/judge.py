@@ -338,9 +338,6 @@ class SampleChannel(wire.Endpoint):
         self._announced: dict[str, Any] = {}  # lookups sent along with "ready"
         self.made = 0  # calls the test has made so far
         self.unsupported: list[str] = []
-        # The test's copies of objects the program may still reach (see the
-        # sample's ``finish_reply``): number -> (object, contents when in step).
-        self._kept: dict[int, tuple[Any, Any]] = {}
         self._changed: list[int] = []
         # The problem's names and digests, sent with the first request.
         self.watch: dict[str, str] | None = None
@@ -376,33 +373,20 @@ class SampleChannel(wire.Endpoint):
                 raise wire.ProtocolError("malformed kept")
             obj = memo.get(pair[0])
             if obj is not None:
-                self._kept[pair[1]] = (obj, wire.state(obj))
-
-    def kept_ids(self) -> dict[int, int]:
-        return {id(entry[0]): number for number, entry in self._kept.items()}
+                self.kept[pair[1]] = (obj, wire.state(obj))
 
     def resolve(self, tag: str, payload: list[Any]) -> Any:
         if tag == "j":
             return self.lent(payload)
         if tag == "k":  # an object the program returned before: the test's copy of it
-            entry = self._kept.get(payload[0]) if type(payload[0]) is int else None
-            if entry is None:
-                raise wire.ProtocolError("an object the judge holds no copy of")
-            return entry[0]
+            return self.kept_object(payload)
         if tag == "q":
             if len(payload) == 2 and payload[0] == "builtins" and type(payload[1]) is str:
                 value = wire.SAFE_BUILTINS.get(payload[1])
                 if value is not None:
                     return value
             raise wire.ProtocolError("the sample named an object it may not name")
-        if len(payload) != 3 or type(payload[0]) is not int:
-            raise wire.ProtocolError("malformed reference")
-        number = payload[0]
-        remote = self._proxies.get(number)
-        if remote is None:
-            cls = wire.proxy_class(Remote, payload[1], payload[2], _REMOTE_METHODS)
-            remote = self._proxies[number] = cls(self, number)
-        return remote
+        return self.peer_proxy(payload, Remote, _REMOTE_METHODS)
 
     def keeps_going(self, error: BaseException) -> bool:
         return not isinstance(error, _NOT_ANSWERED)
@@ -462,7 +446,7 @@ class SampleChannel(wire.Endpoint):
     def _exchange(self, build: Callable[[wire.Encoder], dict[str, Any]]) -> Any:
         # Copies the test changed since the last reply: that matters only if the
         # program can still reach its object, which the reply says ("dropped").
-        self._changed = [n for n, (obj, before) in self._kept.items() if not wire.same(obj, before)]
+        self._changed = [n for n, (obj, before) in self.kept.items() if not wire.same(obj, before)]
         if self.watch is not None:
             build = _with_watch(build, self.watch)
             self.watch = None
@@ -495,8 +479,8 @@ class SampleChannel(wire.Endpoint):
             self.program_random = True
         self.check_random()
         for number in _int_list(reply.get("dropped")):
-            self._kept.pop(number, None)
-        if any(number in self._kept for number in self._changed):
+            self.kept.pop(number, None)
+        if any(number in self.kept for number in self._changed):
             self._changed = []
             raise self.unsupported_value(_CHANGED_BY_TEST)
         for key, table in (("kept", self.reply_memo), ("kept_args", handed)):
@@ -510,9 +494,9 @@ class SampleChannel(wire.Endpoint):
                     raise wire.ProtocolError(f"malformed {key}")
                 obj = table.get(pair[0])
                 if obj is not None:
-                    self._kept[pair[1]] = (obj, None)
-        for number, (obj, _) in self._kept.items():
-            self._kept[number] = (obj, wire.state(obj))  # in step as of this reply
+                    self.kept[pair[1]] = (obj, None)
+        for number, (obj, _) in self.kept.items():
+            self.kept[number] = (obj, wire.state(obj))  # in step as of this reply
 
     def sync(self) -> None:
         """When the test has ended: did the program change, since its last reply, anything the

@@ -163,10 +163,6 @@ class _Server(wire.Endpoint):
         # the judge's calls by name mean these, the objects the test holds.
         self.announced: dict[str, Any] = {}
         self.recording: list[Any] | None = None  # warnings of the request being served
-        # Mutable objects of the program's the test holds a copy of (returned by a
-        # call, or its arguments), while the program may still reach them: number
-        # -> (object, its contents when last in step with the test's copy).
-        self._kept: dict[int, tuple[Any, Any]] = {}
         self._numbers = itertools.count(1)
         # The problem's names the program has too (the judge's list): name -> (value, contents).
         self._watched: dict[str, str] = {}
@@ -187,10 +183,7 @@ class _Server(wire.Endpoint):
         if tag == "r":
             return self.lent(payload)
         if tag == "k":  # the test's copy of an object of ours: the object itself
-            entry = self._kept.get(payload[0]) if type(payload[0]) is int else None
-            if entry is None:
-                raise wire.ProtocolError("a copy of an object the program no longer keeps")
-            return entry[0]
+            return self.kept_object(payload)
         if tag == "q":
             if len(payload) != 2 or not all(type(part) is str for part in payload):
                 raise wire.ProtocolError("malformed name")
@@ -198,14 +191,7 @@ class _Server(wire.Endpoint):
                 return _imported(payload[0], payload[1])
             except Exception as error:  # noqa: BLE001
                 raise wire.ProtocolError(f"cannot resolve {payload[0]}.{payload[1]}") from error
-        if len(payload) != 3 or type(payload[0]) is not int:
-            raise wire.ProtocolError("malformed reference")
-        number = payload[0]
-        proxy = self._proxies.get(number)
-        if proxy is None:
-            cls = wire.proxy_class(_TestObject, payload[1], payload[2], _TEST_METHODS)
-            proxy = self._proxies[number] = cls(self, number)
-        return proxy
+        return self.peer_proxy(payload, _TestObject, _TEST_METHODS)
 
     def effects(self) -> Any:
         return _Effects(self)
@@ -242,7 +228,7 @@ class _Server(wire.Endpoint):
                 return {"t": "unsupported", "msg": _CHANGED_NAME.format(shown)}
         handed = {id(obj) for obj in memo.values()}
         # Changes first: an object changed and then let go (by a thread that ended) was seen.
-        for obj, before in self._kept.values():
+        for obj, before in self.kept.values():
             if id(obj) not in handed and not wire.same(obj, before):
                 return {"t": "unsupported", "msg": _CHANGED_LATER}
         dropped = self._drop_unreachable()
@@ -253,9 +239,9 @@ class _Server(wire.Endpoint):
                 if label is not None:
                     kept.append([label, self._keep(obj)])
         arguments = [[label, self._keep(obj)] for label, obj in memo.items()]
-        for number, (obj, _) in self._kept.items():
+        for number, (obj, _) in self.kept.items():
             if id(obj) in handed:  # its new contents travel with this reply
-                self._kept[number] = (obj, wire.state(obj))
+                self.kept[number] = (obj, wire.state(obj))
         if kept:
             reply["kept"] = kept
         if arguments:
@@ -264,12 +250,9 @@ class _Server(wire.Endpoint):
             reply["dropped"] = dropped
         return reply
 
-    def kept_ids(self) -> dict[int, int]:
-        return {id(entry[0]): number for number, entry in self._kept.items()}
-
     def _keep(self, obj: Any) -> int:
         number = next(self._numbers)
-        self._kept[number] = (obj, wire.state(obj))
+        self.kept[number] = (obj, wire.state(obj))
         return number
 
     def _drop_unreachable(self) -> list[int]:
@@ -277,11 +260,11 @@ class _Server(wire.Endpoint):
         dropped: list[int] = []
         while True:
             # References: the table's tuple, and getrefcount's own argument.
-            gone = [n for n, entry in self._kept.items() if sys.getrefcount(entry[0]) <= 2]
+            gone = [n for n, entry in self.kept.items() if sys.getrefcount(entry[0]) <= 2]
             if not gone:
                 return dropped
             for number in gone:
-                del self._kept[number]
+                del self.kept[number]
             dropped += gone
 
     def keeps_going(self, error: BaseException) -> bool:

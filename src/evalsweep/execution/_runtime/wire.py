@@ -1587,6 +1587,10 @@ class Endpoint:
         self._nesting = 0
         self.sent = 0
         self.reply_memo: dict[int, Any] = {}  # the labelled objects of the last reply read
+        # Objects one side holds a copy of on the other, by a number both use: for the
+        # sample its own objects (with their contents when last in step), for the judge
+        # its copies; see the sample's ``finish_reply``.
+        self.kept: dict[int, tuple[Any, Any]] = {}
         self._decoder = Decoder(self.resolve)
         self._scan_tagged = json.JSONDecoder(object_hook=self._decoder).scan_once  # type: ignore[attr-defined]
 
@@ -1615,8 +1619,25 @@ class Endpoint:
         return reply
 
     def kept_ids(self) -> dict[int, int]:
-        """``id()`` -> number of this side's objects the peer holds a copy of (sent as ``k``)."""
-        return {}
+        """``id()`` -> number of the objects in ``kept`` (sent as ``k``: the peer's same copy)."""
+        return {id(entry[0]): number for number, entry in self.kept.items()}
+
+    def kept_object(self, payload: list[Any]) -> Any:
+        """The object a ``k`` node names (this side's object, or its copy of the peer's)."""
+        entry = self.kept.get(payload[0]) if type(payload[0]) is int else None
+        if entry is None:
+            raise ProtocolError("a kept object that is not kept")
+        return entry[0]
+
+    def peer_proxy(self, payload: list[Any], base: type, methods: dict[str, Any]) -> Any:
+        """This side's proxy for the peer's object ``payload`` names (made once per object)."""
+        if len(payload) != 3 or type(payload[0]) is not int:
+            raise ProtocolError("malformed reference")
+        proxy = self._proxies.get(payload[0])
+        if proxy is None:
+            cls = proxy_class(base, payload[1], payload[2], methods)
+            proxy = self._proxies[payload[0]] = cls(self, payload[0])
+        return proxy
 
     # -- objects lent to the peer
 
