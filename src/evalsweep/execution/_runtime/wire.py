@@ -426,22 +426,51 @@ def namedtuple_fields(kind: type, length: int) -> tuple[str, ...] | None:
     None as well when a class on its way to ``tuple`` defines how it compares,
     hashes or iterates.
     """
-    fields = None
-    for klass in kind.__mro__:
-        if klass is tuple:
-            break
-        own = vars(klass)
-        if not _TUPLE_DUNDERS.isdisjoint(own):
-            return None
-        if fields is None and "_fields" in own:
-            fields = own["_fields"]
+    if kind.__mro__[1:] != (tuple, object):  # a subclass of a record class: its own
+        return None
+    fields = vars(kind).get("_fields")
     if (
         type(fields) is not tuple
         or len(fields) != length
         or not all(type(name) is str for name in fields)
+        or not _only_generated(kind, fields)
     ):
         return None
     return fields
+
+
+# What typing.NamedTuple adds to what namedtuple makes, none of it behaviour.
+_RECORD_NOTES = frozenset({"__annotations__", "__orig_bases__", "__module__", "__doc__"})
+_generated: dict[type, bool] = {}
+
+
+def _only_generated(kind: type, fields: tuple[str, ...]) -> bool:
+    """Whether ``kind`` holds nothing but what ``namedtuple`` itself makes for these fields
+    (no method, property or attribute of its own: then it behaves as the rebuilt record)."""
+    known = _generated.get(kind)
+    if known is None:
+        try:
+            fresh = vars(_std("collections").namedtuple(kind.__name__, fields))
+            known = True
+            for key, value in vars(kind).items():
+                if key in _RECORD_NOTES or key == "_field_defaults":
+                    continue
+                made = fresh.get(key, _MISSING)
+                code = getattr(value, "__code__", None)
+                known = known and not (
+                    made is _MISSING
+                    or type(value) is not type(made)
+                    or (code is not None and code != getattr(made, "__code__", None))
+                    or (type(value) is str and value != made)
+                )
+        except Exception:  # noqa: BLE001 - an odd class: the program's own
+            known = False
+        if len(_generated) < MAX_CLASSES:
+            _generated[kind] = known
+    return known
+
+
+_MISSING = object()
 
 
 _record_classes: dict[tuple[str, tuple[str, ...]], type] = {}
@@ -1098,6 +1127,9 @@ def exception_facts(
                 facts["attrs"] = attrs
             if len(own) > len(attrs):  # more than travels: the test could read it
                 facts["lossy"] = "an exception with private or too many attributes"
+            slots = {name: encoder.encode(value) for name, value in _exception_slots(error).items()}
+            if slots:
+                facts["slots"] = slots
         except Exception:  # noqa: BLE001 - args that cannot travel: the message does
             facts.pop("args", None)
             facts["lossy"] = "an exception whose arguments or attributes cannot travel"
@@ -1116,6 +1148,23 @@ def exception_facts(
 
 
 _CHAIN_LIMIT = 4
+_SLOT_TYPES = ("getset_descriptor", "member_descriptor")
+
+
+def _exception_slots(error: BaseException) -> dict[str, Any]:
+    """The attributes an exception's standard-library classes keep outside its ``__dict__``
+    (``OSError.strerror``, ``StopIteration.value``, ``SystemExit.code``, ...), where set."""
+    out: dict[str, Any] = {}
+    for klass in type(error).__mro__:
+        if klass is BaseException or class_name(klass)[0] is None:
+            continue
+        for name, slot in vars(klass).items():
+            if type(slot).__name__ in _SLOT_TYPES and not name.startswith("_") and name not in out:
+                try:
+                    out[name] = slot.__get__(error)
+                except AttributeError:  # not set (OSError.characters_written)
+                    continue
+    return out
 
 
 def _own_methods(kind: type) -> set[str]:
@@ -1232,6 +1281,15 @@ def _attach(
     """The attributes, notes and chained exceptions ``facts`` carry, onto ``error``."""
     if "lossy" in facts:
         raise Unsupported(str(facts["lossy"])[:200])
+    slots = facts.get("slots")
+    if type(slots) is dict:
+        for key, value in slots.items():
+            if type(key) is not str or key.startswith("_"):
+                continue
+            try:
+                setattr(error, key, value)
+            except Exception:  # noqa: BLE001
+                raise Unsupported(f"an exception's {key[:40]!r} cannot be set here") from None
     attrs = facts.get("attrs")
     if type(attrs) is dict:
         for key, value in attrs.items():
@@ -1368,7 +1426,8 @@ def _state(obj: Any) -> Any:
     if kind is bytearray:
         return bytes(obj)
     if isinstance(obj, dict):
-        return (list(obj), list(obj.values()))
+        factory = getattr(obj, "default_factory", None) if _std_tag(kind) == "dd" else None
+        return (list(obj), (list(obj.values()), factory))
     if kind is set:
         return list(obj)
     return (list(obj), getattr(obj, "maxlen", None)) if _is_deque(obj) else list(obj)
@@ -1541,6 +1600,8 @@ def write_back(original: Any, updated: Any) -> None:
         else:
             dict.clear(original)
             dict.update(original, updated)
+        if _std_tag(type(original)) == "dd":  # a defaultdict's factory is its state too
+            original.default_factory = getattr(updated, "default_factory", None)  # type: ignore[attr-defined]
         return
     if isinstance(original, list | bytearray):
         if type(updated) is not (list if isinstance(original, list) else bytearray):
