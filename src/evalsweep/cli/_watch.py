@@ -275,7 +275,9 @@ def _act(
         _output.fail(f"{reference} regressed; stopping (--on-regression fail)", 3)
     if command is None:
         return
-    environment = dict(os.environ)
+    from evalsweep._quiet import environment_for_others
+
+    environment = environment_for_others()
     environment.update(
         EVALSWEEP_CHECKPOINT=reference,
         EVALSWEEP_STEP="" if step is None else str(step),

@@ -116,10 +116,8 @@ def train_checkpoints(
 ) -> list[Path]:
     """Train one tiny model through ``lessons``, saving a checkpoint after each."""
     import torch
-    import transformers
     from transformers import AutoModelForCausalLM
 
-    transformers.logging.set_verbosity_error()
     examples = lesson_examples()
     tokenizer = build_tokenizer(demo_corpus(examples), vocab_size=1024)
     start = build_checkpoint(workdir / "init", tokenizer, n_layer=2, width=WIDTH, seed=seed)
