@@ -319,8 +319,8 @@ def test_table_colours_regressions_red_and_improvements_green(inputs: ReportInpu
         by_verdict.setdefault(cell.get_attribute("data-verdict"), []).append(cell)
     # The letter models' designed outcomes (always-B: every geography answer lost, every
     # marketing answer gained); the random checkpoint's verdicts are whatever it earns.
-    assert any("Δ -100.0 ▼" in cell.text for cell in by_verdict["regression"])
-    assert any("Δ +100.0 ▲" in cell.text for cell in by_verdict["improvement"])
+    assert any("Δ -100.0 points ▼" in cell.text for cell in by_verdict["regression"])
+    assert any("Δ +100.0 points ▲" in cell.text for cell in by_verdict["improvement"])
     for cell in by_verdict["regression"]:
         assert cell.value_of_css_property("color") == RED and "▼" in cell.text
     for cell in by_verdict["improvement"]:

@@ -61,8 +61,8 @@ def test_verdict_marks_sit_in_the_right_cells(markdown: str):
     rows = table_rows(markdown)
     column = {h.split("<br>")[0]: i for i, h in enumerate(rows[0])}
     always_b = next(r for r in rows if r[0] == "always-B")
-    assert always_b[column["mmlu_high_school_geography"]].endswith("Δ -100.0 🔴 ▼")
-    assert always_b[column["mmlu_marketing"]].endswith("Δ +100.0 🟢 ▲")
+    assert always_b[column["mmlu_high_school_geography"]].endswith("Δ -100.0 points 🔴 ▼")
+    assert always_b[column["mmlu_marketing"]].endswith("Δ +100.0 points 🟢 ▲")
     assert always_b[column["mmlu"]].endswith("=")
 
 

@@ -101,7 +101,7 @@ def test_regression_and_improvement_lines_name_what_moved_with_their_numbers() -
         line = the_line(texts, c)
         assert line.startswith("▼ regression: step-300" if task == "mmlu" else "▲ improvement")
         assert f"Δ {points(c.delta)} points" in line
-        assert f"(95% CI {points(c.ci_low)} to {points(c.ci_high)})" in line
+        assert f"(95% CI {points(c.ci_low)} to {points(c.ci_high)} points)" in line
         assert f"adjusted p = {format_p(c.p_adjusted)}" in line
         assert line.endswith(f"n = {c.n}, exact McNemar test")  # 0/1 scores
     assert points(by_task["mmlu"].delta) == "-19.0"  # 38 net losses of 200 questions
@@ -148,7 +148,7 @@ def test_gsm8k_differences_within_label_noise_carry_the_note() -> None:
     assert c.verdict == "improvement" and abs(c.delta) <= GSM8K_LABEL_NOISE
     lines = verdict_summary(doc)
     assert [line.kind for line in lines] == ["legend", "improvement", "note"]
-    assert "label-noise band (±1.7%)" in lines[2].text
+    assert "label-noise band (±1.7 points)" in lines[2].text
     # Not significant, still inside the band: the note stays, on its own line.
     quiet = document({("gsm8k", None): [(10, 1, 0), (12, 0, 1), (900, 1, 1), (397, 0, 0)]})
     notes = [line.text for line in verdict_summary(quiet) if line.kind == "note"]

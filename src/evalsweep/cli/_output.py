@@ -1,7 +1,8 @@
 """What every command prints through: the two consoles, one-line errors, tables, the verdict.
 
 User errors (:class:`evalsweep.errors.EvalsweepError`) are shown as one line with a
-non-zero exit; ``--debug`` shows the traceback. ``--no-color`` replaces both
+non-zero exit; ``--debug`` shows the traceback (and third-party progress bars, logs and
+warnings, which are otherwise kept off the output). ``--no-color`` replaces both
 consoles, so commands read them as ``_output.stdout`` at the time they print.
 
 Everything either console prints passes :func:`evalsweep.text.visible` on its way to
@@ -97,13 +98,17 @@ def say(message: str | Text, style: str | None = None) -> None:
 
 
 def user_errors(func: F) -> F:
-    """Turn library errors into one line and an exit status."""
+    """Turn library errors into one line and an exit status; keep third-party progress bars,
+    logs and warnings off the output (:mod:`evalsweep._quiet`) unless debugging."""
 
     @wraps(func)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
+        from evalsweep._quiet import third_party_quiet
+
         debug = bool(kwargs.get("debug")) or os.environ.get("EVALSWEEP_DEBUG") == "1"
         try:
-            return func(*args, **kwargs)
+            with third_party_quiet(enabled=not debug):
+                return func(*args, **kwargs)
         except EvalsweepError as exc:
             if debug:
                 traceback.print_exc()

@@ -247,7 +247,7 @@ def _score(
 
 
 def _verdict_line(trend: Any, point: Any) -> str:
-    from evalsweep.report._numbers import fixed, p_value, points
+    from evalsweep.report._numbers import difference, fixed, p_value
     from evalsweep.report._table import MARKS
 
     text = f"{trend.title}: {fixed(point.value)}"
@@ -257,8 +257,7 @@ def _verdict_line(trend: Any, point: Any) -> str:
         if row is not None:
             mark = MARKS.get(row.verdict.value, ("?", ""))[0]
             text += (
-                f"; {word} {mark} {points(row.delta)} points "
-                f"(adjusted p = {p_value(row.p_adjusted)})"
+                f"; {word} {mark} {difference(row.delta)} (adjusted p = {p_value(row.p_adjusted)})"
             )
     return text
 
@@ -275,7 +274,9 @@ def _act(
         _output.fail(f"{reference} regressed; stopping (--on-regression fail)", 3)
     if command is None:
         return
-    environment = dict(os.environ)
+    from evalsweep._quiet import environment_for_others
+
+    environment = environment_for_others()
     environment.update(
         EVALSWEEP_CHECKPOINT=reference,
         EVALSWEEP_STEP="" if step is None else str(step),

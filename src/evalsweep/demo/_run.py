@@ -116,10 +116,8 @@ def train_checkpoints(
 ) -> list[Path]:
     """Train one tiny model through ``lessons``, saving a checkpoint after each."""
     import torch
-    import transformers
     from transformers import AutoModelForCausalLM
 
-    transformers.logging.set_verbosity_error()
     examples = lesson_examples()
     tokenizer = build_tokenizer(demo_corpus(examples), vocab_size=1024)
     start = build_checkpoint(workdir / "init", tokenizer, n_layer=2, width=WIDTH, seed=seed)
@@ -206,6 +204,7 @@ def story(paths: Sequence[Path], lessons: Sequence[Lesson] = LESSONS) -> list[st
 
 def verdict_line(document: ResultDocument) -> str:
     """The demo's last word: the regression it caught, or plainly that this seed showed none."""
+    from evalsweep.report._numbers import difference
     from evalsweep.report._summary import format_p
 
     regressions = [c for c in document.comparisons if c.verdict == "regression"]
@@ -224,7 +223,7 @@ def verdict_line(document: ResultDocument) -> str:
     better = f" improved on {', '.join(dict.fromkeys(gains))} but" if gains else ""
     return (
         f"Caught: {Path(worst.candidate).name}{better} regressed on {where} "
-        f"(Δ {worst.delta * 100:+.1f} points, adjusted p = {format_p(worst.p_adjusted)})."
+        f"(Δ {difference(worst.delta)}, adjusted p = {format_p(worst.p_adjusted)})."
     )
 
 

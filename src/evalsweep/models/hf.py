@@ -63,9 +63,6 @@ class HFBackend:
 
     def __init__(self, checkpoint: ResolvedCheckpoint, options: BackendOptions) -> None:
         import torch
-        import transformers
-
-        transformers.logging.set_verbosity_error()  # our own errors are the ones users need
 
         self.checkpoint = checkpoint
         self.options = options

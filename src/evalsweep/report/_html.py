@@ -25,10 +25,10 @@ from typing import TYPE_CHECKING, Any
 from evalsweep.errors import EvalsweepError
 from evalsweep.report._document import _atomic_write
 from evalsweep.report._html_trend import trend_section
+from evalsweep.report._numbers import PER_SCORE, UNIT, difference, interval
 from evalsweep.report._numbers import finite as _finite
 from evalsweep.report._numbers import fixed as _fmt
 from evalsweep.report._numbers import p_value as _p
-from evalsweep.report._numbers import points as _points
 from evalsweep.report._schema import ResultDocument, ResultRow, TaskSettings, document_json
 from evalsweep.report._summary import test_label
 from evalsweep.report._table import SHORT, display_names
@@ -277,13 +277,14 @@ def _result_cell(cell: ResultRow | None, comparison: Comparison | None) -> str:
         return f"<td class='num'>{text}</td>"
     mark, css, _ = VERDICTS.get(comparison.verdict, ("?", "same", ""))
     title = (
-        f"Δ {_points(comparison.delta)} points, 95% CI [{_points(comparison.ci_low)}, "
-        f"{_points(comparison.ci_high)}], p adjusted {_p(comparison.p_adjusted)}, "
+        f"Δ {difference(comparison.delta)}, "
+        f"95% CI {interval(comparison.ci_low, comparison.ci_high)}, "
+        f"p adjusted {_p(comparison.p_adjusted)}, "
         f"n={comparison.n}{test_label(comparison.test)}: {comparison.verdict}"
     )
     return (
         f"<td class='num {css}' title='{_e(title)}' data-verdict='{_e(comparison.verdict)}'>"
-        f"{text}<div class='delta'>Δ {_points(comparison.delta)} {mark}</div></td>"
+        f"{text}<div class='delta'>Δ {difference(comparison.delta)} {mark}</div></td>"
     )
 
 
@@ -312,7 +313,7 @@ def _forest_section(view: _View, figures: _Figures, go: ModuleType) -> str:
         c for c in usable if c.subject is not None
     ]
     labels = list(dict.fromkeys(row_label(c) for c in ordered))
-    scale, unit = _scale([c.delta for c in usable] + _bounds(usable))
+    scale = PER_SCORE
     candidates = [c for c in view.candidates if any(x.candidate == c for x in usable)]
     figure = make_subplots(
         rows=1,
@@ -350,7 +351,7 @@ def _forest_section(view: _View, figures: _Figures, go: ModuleType) -> str:
                         thickness=1.5,
                         width=3,
                     ),
-                    customdata=[_forest_hover(c, scale, unit) for c in points],
+                    customdata=[_forest_hover(c) for c in points],
                     hovertemplate="%{y}<br>%{customdata}<extra></extra>",
                 ),
                 row=1,
@@ -358,7 +359,7 @@ def _forest_section(view: _View, figures: _Figures, go: ModuleType) -> str:
             )
         figure.add_vline(x=0, line=dict(color="#444", width=1, dash="dot"), row=1, col=column)
         figure.update_xaxes(
-            title_text=f"Δ ({unit})",
+            title_text=f"Δ ({UNIT})",
             zeroline=False,
             gridcolor="#eee",
             row=1,
@@ -387,13 +388,13 @@ def _forest_section(view: _View, figures: _Figures, go: ModuleType) -> str:
     return _section("forest", "Differences from the baseline", body)
 
 
-def _forest_hover(c: Comparison, scale: float, unit: str) -> str:
+def _forest_hover(c: Comparison) -> str:
     low, high = c.ci_low, c.ci_high
     ci = "no interval"
     if _finite(low) and _finite(high):
-        ci = f"95% CI [{low * scale:+.1f}, {high * scale:+.1f}] {unit}"
+        ci = f"95% CI {interval(low, high)}"
     text = (
-        f"Δ {c.delta * scale:+.1f} {unit}, {ci}<br>"
+        f"Δ {difference(c.delta)}, {ci}<br>"
         f"p {_p(c.p_value)}, adjusted {_p(c.p_adjusted)}, n={c.n}"
         f"{html.escape(test_label(c.test))}<br>"
         f"{c.verdict}"
@@ -488,8 +489,9 @@ def _heat_hover(
     )
     if comparison is not None:
         lines.append(
-            f"Δ {_points(comparison.delta)} points [{_points(comparison.ci_low)}, "
-            f"{_points(comparison.ci_high)}], p adj. {_p(comparison.p_adjusted)}"
+            f"Δ {difference(comparison.delta)} (95% CI "
+            f"{interval(comparison.ci_low, comparison.ci_high)}), "
+            f"p adj. {_p(comparison.p_adjusted)}"
             f": {comparison.verdict}"
         )
     return "<br>".join(lines)
@@ -855,17 +857,6 @@ def _e(value: Any) -> str:
 
 def _gap(high: Any, low: Any) -> float:
     return max(0.0, high - low) if _finite(high) and _finite(low) else 0.0
-
-
-def _bounds(comparisons: Iterable[Comparison]) -> list[float]:
-    return [v for c in comparisons for v in (c.ci_low, c.ci_high) if _finite(v)]
-
-
-def _scale(values: Sequence[float]) -> tuple[float, str]:
-    """Proportions (accuracy, exact match, pass@k) read best as percentage points."""
-    if all(-1.0 <= v <= 1.0 for v in values):
-        return 100.0, "points"
-    return 1.0, "score units"
 
 
 def _duration(seconds: Any) -> str | None:

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from types import ModuleType
 from typing import Any
 
-from evalsweep.report._numbers import fixed, p_value, points
+from evalsweep.report._numbers import difference, fixed, p_value
 from evalsweep.report._schema import ResultDocument
 from evalsweep.report._trend import Trend, TrendPoint, best_summary, trends
 from evalsweep.stats import Comparison
@@ -158,7 +158,7 @@ def _hover(point: TrendPoint) -> str:
     for word, row in (("vs baseline", point.vs_baseline), ("vs before", point.vs_previous)):
         if row is not None:
             text += (
-                f"<br>{word}: Δ {points(row.delta)} points, adjusted p "
+                f"<br>{word}: Δ {difference(row.delta)}, adjusted p "
                 f"{p_value(row.p_adjusted)}: {row.verdict.value}"
             )
     return text

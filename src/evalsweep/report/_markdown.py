@@ -12,9 +12,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from evalsweep.report._numbers import difference, interval
 from evalsweep.report._numbers import fixed as _fmt
 from evalsweep.report._numbers import p_value as _p
-from evalsweep.report._numbers import points as _points
 from evalsweep.report._schema import ResultDocument, ResultRow
 from evalsweep.report._summary import verdict_summary
 from evalsweep.report._table import SHORT, display_names
@@ -153,7 +153,7 @@ def _cell(cell: ResultRow | None, comparison: Comparison | None) -> str:
     if cell.stderr is not None:
         text += f" ± {_fmt(cell.stderr)}"
     if comparison is not None:
-        text += f"<br>Δ {_points(comparison.delta)} {MARKS.get(comparison.verdict.value, '?')}"
+        text += f"<br>Δ {difference(comparison.delta)} {MARKS.get(comparison.verdict.value, '?')}"
     return text
 
 
@@ -170,7 +170,7 @@ def _subject_changes(comparisons: Sequence[Comparison], names: Mapping[str, str]
     lines = [
         "#### Significant per-subject changes",
         "",
-        _row(["", "candidate", "task / subject", "Δ (points)", "95% CI", "p adj."]),
+        _row(["", "candidate", "task / subject", "Δ", "95% CI", "p adj."]),
         "|:-:|:--|:--|--:|:-:|--:|",
     ]
     for c in moved:
@@ -180,8 +180,8 @@ def _subject_changes(comparisons: Sequence[Comparison], names: Mapping[str, str]
                     MARKS[c.verdict.value],
                     _escape(names.get(c.candidate, c.candidate)),
                     _escape(f"{c.task} / {c.subject}"),
-                    _points(c.delta),
-                    f"[{_points(c.ci_low)}, {_points(c.ci_high)}]",
+                    difference(c.delta),
+                    interval(c.ci_low, c.ci_high),
                     _p(c.p_adjusted),
                 ]
             )

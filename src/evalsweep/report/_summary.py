@@ -24,9 +24,9 @@ from typing import Any, Literal
 
 from rich.text import Text
 
+from evalsweep.report._numbers import difference, interval, size
 from evalsweep.report._numbers import finite as _finite
 from evalsweep.report._numbers import p_value as format_p
-from evalsweep.report._numbers import points as _points
 from evalsweep.report._schema import ResultDocument
 from evalsweep.report._table import MARKS, SHORT, display_names
 from evalsweep.stats import DEFAULT_ALPHA, Comparison, Verdict, label_noise_note
@@ -87,8 +87,8 @@ def verdict_summary(document: ResultDocument) -> list[SummaryLine]:
             SummaryLine(
                 kind,
                 f"{mark} {c.verdict.value}: {names.get(c.candidate, c.candidate)}"
-                f"{_since(c, baseline, names)} on {_where(c)}: Δ {_points(c.delta)} points "
-                f"(95% CI {_points(c.ci_low)} to {_points(c.ci_high)}), "
+                f"{_since(c, baseline, names)} on {_where(c)}: Δ {difference(c.delta)} "
+                f"(95% CI {interval(c.ci_low, c.ci_high)}), "
                 f"adjusted p = {format_p(c.p_adjusted)}, n = {c.n}{test_label(c.test)}",
             )
         )
@@ -120,7 +120,7 @@ def verdict_summary(document: ResultDocument) -> list[SummaryLine]:
                     SummaryLine(
                         "note",
                         f"note: {names.get(c.candidate, c.candidate)} on {_where(c)}, "
-                        f"Δ {_points(c.delta)} points: {noise}",
+                        f"Δ {difference(c.delta)}: {noise}",
                     )
                 )
     return lines
@@ -189,13 +189,7 @@ def _detectable(rows: Sequence[Comparison]) -> str:
         if not seen:
             parts.append(f"{key}: no question answered differently")
             continue
-        low, high = min(seen), max(seen)
-        spread = (
-            f"{low * 100:.1f}"
-            if round(low, 3) == round(high, 3)
-            else (f"{low * 100:.1f}-{high * 100:.1f}")
-        )
-        parts.append(f"{key} {spread} points")
+        parts.append(f"{key} {size(min(seen), max(seen))}")
     return ", ".join(parts)
 
 

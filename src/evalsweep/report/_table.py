@@ -17,7 +17,7 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from evalsweep.report._numbers import points
+from evalsweep.report._numbers import difference
 from evalsweep.report._schema import ResultRow
 from evalsweep.stats import Comparison
 from evalsweep.text import visible
@@ -90,7 +90,7 @@ def _cell(cell: ResultRow | None, comparison: Comparison | None) -> Text:
         text.append(f" ± {_fmt(cell.stderr)}", style="dim")
     if comparison is not None:
         mark, style = MARKS.get(comparison.verdict.value, ("?", ""))
-        text.append(f"\nΔ {points(comparison.delta)} {mark}", style=style)
+        text.append(f"\nΔ {difference(comparison.delta)} {mark}", style=style)
     return text
 
 

@@ -23,7 +23,7 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
-from evalsweep.report._numbers import finite, fixed, p_value, points
+from evalsweep.report._numbers import difference, finite, fixed, p_value
 from evalsweep.report._schema import ResultDocument
 from evalsweep.report._table import MARKS, SHORT, display_names
 from evalsweep.stats import Comparison, Verdict
@@ -166,7 +166,7 @@ def _against(row: Comparison, other: str, inverted: bool = False) -> str:
         Verdict.REGRESSION: "worse than",
         Verdict.NO_SIGNIFICANT_CHANGE: "not shown better than",
     }[verdict]
-    return f"{word} {other} ({points(delta)} points, adjusted p = {p_value(row.p_adjusted)})"
+    return f"{word} {other} ({difference(delta)}, adjusted p = {p_value(row.p_adjusted)})"
 
 
 def _best_words(
@@ -191,8 +191,8 @@ def _best_words(
         }[row.verdict]
         where = f" on {row.task}" if len(tasks) > 1 else ""
         said.append(
-            f"{word} {names.get(row.baseline, row.baseline)}{where} ({points(row.delta)} "
-            f"points, adjusted p = {p_value(row.p_adjusted)})"
+            f"{word} {names.get(row.baseline, row.baseline)}{where} ({difference(row.delta)}, "
+            f"adjusted p = {p_value(row.p_adjusted)})"
         )
     behind = {c.baseline for c in rows if c.verdict is not Verdict.IMPROVEMENT}
     others = len({c.baseline for c in rows})
@@ -238,8 +238,7 @@ def trend_summary(document: ResultDocument) -> list[str]:
                 Verdict.NO_SIGNIFICANT_CHANGE: "no significant change from the baseline",
             }[against.verdict]
             change = (
-                f"{word}: {points(against.delta)} points, adjusted p = "
-                f"{p_value(against.p_adjusted)}"
+                f"{word}: {difference(against.delta)}, adjusted p = {p_value(against.p_adjusted)}"
             )
         lines.append(
             f"{trend.title}: baseline {_named(first)} {fixed(first.value)} -> last "
@@ -247,7 +246,7 @@ def trend_summary(document: ResultDocument) -> list[str]:
         )
         steps_seen = [
             f"{_named(p)} {'up' if p.vs_previous.verdict is Verdict.IMPROVEMENT else 'down'} "
-            f"{points(p.vs_previous.delta)} points (adjusted p = "
+            f"{difference(p.vs_previous.delta)} (adjusted p = "
             f"{p_value(p.vs_previous.p_adjusted)})"
             for p in trend.points
             if p.vs_previous is not None
@@ -334,4 +333,4 @@ def _mark(row: Comparison | None) -> Text:
     if row is None:
         return Text("")
     mark, style = MARKS.get(row.verdict.value, ("?", ""))
-    return Text(f"{mark} {points(row.delta)}", style=style)
+    return Text(f"{mark} {difference(row.delta)}", style=style)

@@ -184,9 +184,11 @@ def label_noise_note(task: str, delta: float) -> str | None:
     move a paired delta by up to about that much, so a smaller difference (even a
     significant one) should be checked against the disputed problems.
     """
+    from evalsweep.report._numbers import size
+
     if task.lower().startswith("gsm8k") and abs(delta) <= GSM8K_LABEL_NOISE:
         return (
-            f"within the GSM8K label-noise band (±{GSM8K_LABEL_NOISE:.1%}): check whether the "
+            f"within the GSM8K label-noise band (±{size(GSM8K_LABEL_NOISE)}): check whether the "
             "discordant items concentrate in disputed problems"
         )
     return None
@@ -195,12 +197,14 @@ def label_noise_note(task: str, delta: float) -> str | None:
 def _note(
     task: str, delta: float, ci: tuple[float, float], verdict: Verdict, margin: float
 ) -> str | None:
+    from evalsweep.report._numbers import size
+
     notes = []
     noise = label_noise_note(task, delta)
     if noise:
         notes.append(noise)
     if verdict is Verdict.NO_SIGNIFICANT_CHANGE and (ci[0] < -margin or ci[1] > margin):
-        notes.append(f"inconclusive: the CI reaches beyond ±{margin:.1%}")
+        notes.append(f"inconclusive: the CI reaches beyond ±{size(margin)}")
     return "; ".join(notes) or None
 
 
