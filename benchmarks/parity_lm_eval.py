@@ -870,7 +870,10 @@ def run_parity(args: argparse.Namespace, work: Path) -> tuple[bool, list[str], d
         checks = {}
     print()
     for name, (same, compared, diffs) in checks.items():
-        say(f"{name.upper():<5} requests (prompt, continuation/stops) identical: {same}/{compared}")
+        say(
+            f"{name.upper():<5} requests (prompt, continuation or stops, max new tokens) "
+            f"identical: {same}/{compared}"
+        )
         for line in diffs[: args.show]:
             say(f"   {line}")
     if "mmlu" in tasks:
