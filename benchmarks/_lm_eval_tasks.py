@@ -533,6 +533,43 @@ def build_local_checkpoint(
     )
 
 
+def tilt_toward_stops(
+    checkpoint: Path, stops: Sequence[str], *, alpha: float, weight_scale: float = 1.0
+) -> list[int]:
+    """Make a random GPT-2 checkpoint stop its greedy generations early, in place.
+
+    A random model never emits a stop sequence, so every generation runs to the maximum
+    length. With tied embeddings the logits are ``ln_f(h) @ wte.T``; adding
+    ``alpha * mean(wte[t] / |wte[t]|^2)`` over the stop tokens ``t`` (end of text and
+    every vocabulary entry whose text contains one of ``stops``) to ``ln_f``'s bias
+    raises each stop token's logit by about ``alpha / len(t)`` and the others' by far
+    less, so a stop token wins where the model's own margin is small. ``weight_scale``
+    first multiplies every matrix (embeddings, attention, MLP) so the hidden state
+    depends more on the prompt (with the default init every document would stop at the
+    same place). Float32, deterministic; returns the stop token ids.
+    """
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(checkpoint)
+    model = AutoModelForCausalLM.from_pretrained(checkpoint, dtype=torch.float32)
+    if model.config.model_type != "gpt2":
+        raise ValueError("tilt_toward_stops needs a GPT-2 checkpoint (tied embeddings, ln_f)")
+    ids = sorted(
+        {tokenizer.eos_token_id}
+        | {i for i in range(len(tokenizer)) if any(s in tokenizer.decode([i]) for s in stops)}
+    )
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if name.endswith("weight") and param.dim() == 2:
+                param.mul_(weight_scale)
+        wte = model.transformer.wte.weight
+        direction = torch.stack([wte[i] / wte[i].norm() ** 2 for i in ids]).mean(0)
+        model.transformer.ln_f.bias.add_(alpha * direction)
+    model.save_pretrained(str(checkpoint), safe_serialization=True)
+    return ids
+
+
 # ---------------------------------------------------------------------------------------
 # Running and measuring subprocesses
 # ---------------------------------------------------------------------------------------

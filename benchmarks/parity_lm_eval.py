@@ -14,7 +14,12 @@ every request's log-likelihood (WinoGrande's two contexts included), the pick, a
 per-question metric lm-eval logs (MC2's probability mass on the true answers); WinoGrande
 runs 5-shot (the Open LLM Leaderboard's count), the others 0-shot, as lm-eval's defaults.
 BIG-Bench Hard (``--tasks bbh,bbh_fewshot``, 3-shot, ``--bbh-limit`` examples of each of the
-27 subtasks) compares the generated text, the extracted answer and exact_match.
+27 subtasks) compares the generated text, the extracted answer and exact_match. A random
+model never emits a stop sequence, so every generation would run to the maximum length;
+``--stop-tilt A --weight-scale K`` (GPT-2 only) builds a model whose greedy generations stop
+after a few to a few dozen tokens, different per document (``tilt_toward_stops``), while
+both harnesses keep lm-eval's own generation settings. ``--reuse`` with ``--work-dir``
+keeps the outputs of a harness that already ran, so an interrupted run resumes.
 
 Exit status 1 when MMLU agreement < 99.9 %, GSM8K response agreement < 99 %, any
 exact_match score differs, or an ARC/HellaSwag pick differs or a log-likelihood differs
@@ -33,6 +38,8 @@ Example (defaults take ~10 minutes on 2 CPU cores)::
     python benchmarks/parity_lm_eval.py
     python benchmarks/parity_lm_eval.py --arch llama --mmlu-limit 40 --gsm8k-limit 200
     python benchmarks/parity_lm_eval.py --matrix --mmlu-limit 1 --gsm8k-limit 5 --results-md
+    python benchmarks/parity_lm_eval.py --tasks bbh_fewshot,bbh --bbh-limit 10 \
+        --stop-tilt 2.3 --weight-scale 3
 """
 
 from __future__ import annotations
@@ -62,6 +69,7 @@ from _lm_eval_tasks import (  # noqa: E402
     read_evalsweep_output,
     read_lm_eval_output,
     run_measured,
+    tilt_toward_stops,
     write_task_dir,
 )
 from evalsweep.demo._matrix import MODEL_TYPES, VARIANTS  # noqa: E402
@@ -415,11 +423,16 @@ def compare_requests(
 
     Answers can agree by accident (a random model's output barely depends on its prompt),
     so this checks the prompts themselves: every (context, continuation) for MMLU and
-    (context, stop sequences) for GSM8K, built by evalsweep's task modules. Returns
+    (context, stop sequences, maximum new tokens) for GSM8K and BBH, built by evalsweep's
+    task modules. Returns
     {task: (identical, compared, examples of differences)}.
     """
+    from lm_eval.models.huggingface import HFLM
+
     from evalsweep.tasks import DataSource, get_task
 
+    # lm-eval's HF model generates up to its max_gen_toks (256) where a task sets none.
+    default_gen_toks = HFLM.max_gen_toks.fget(None)  # type: ignore[attr-defined]
     lm: dict[tuple[str, str, int], Row] = {}
     for name, rows in lm_samples.items():
         bare = name.removeprefix(PREFIX)
@@ -446,11 +459,21 @@ def compare_requests(
             compared += 1
             theirs = [row["arguments"][f"gen_args_{i}"] for i in range(len(row["arguments"]))]
             mine = [
-                (req.context, getattr(req, "continuation", None) or list(req.until))
+                (
+                    req.context,
+                    getattr(req, "continuation", None) or list(req.until),
+                    getattr(req, "max_gen_toks", None),
+                )
                 for req in item.requests
             ]
             their_pairs = [
-                (a["arg_0"], a["arg_1"]["until"] if isinstance(a["arg_1"], dict) else a["arg_1"])
+                (
+                    a["arg_0"],
+                    a["arg_1"]["until"] if isinstance(a["arg_1"], dict) else a["arg_1"],
+                    a["arg_1"].get("max_gen_toks", default_gen_toks)
+                    if isinstance(a["arg_1"], dict)
+                    else None,
+                )
                 for a in theirs
             ]
             if mine == their_pairs:
@@ -459,8 +482,8 @@ def compare_requests(
                 where = f"{doc.subject}/{doc.doc_id}" if doc.subject else str(doc.doc_id)
                 pairs = zip(their_pairs, mine, strict=False)
                 k = next((i for i, (x, y) in enumerate(pairs) if x != y), 0)
-                a, b = their_pairs[k], mine[k] if k < len(mine) else ("", "")
-                detail = _first_diff(a[0], b[0]) if a[0] != b[0] else f"{a[1]!r} vs {b[1]!r}"
+                a, b = their_pairs[k], mine[k] if k < len(mine) else ("", "", None)
+                detail = _first_diff(a[0], b[0]) if a[0] != b[0] else f"{a[1:]!r} vs {b[1:]!r}"
                 diffs.append(f"{where}: {detail}")
         out[task_name] = (same, compared, diffs)
     return out
@@ -588,6 +611,24 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--width", type=int, default=64)
     parser.add_argument("--n-head", type=int, default=4)
     parser.add_argument("--seed", type=int, default=0, help="weight init seed")
+    parser.add_argument(
+        "--stop-tilt",
+        type=float,
+        default=None,
+        help="gpt2 only: tilt ln_f's bias by this much toward the tokens of lm-eval's BBH stop "
+        "sequences so greedy generations stop early (default: off, the random model as built)",
+    )
+    parser.add_argument(
+        "--weight-scale",
+        type=float,
+        default=1.0,
+        help="with --stop-tilt: multiply every weight matrix first (prompt-dependent stops)",
+    )
+    parser.add_argument(
+        "--reuse",
+        action="store_true",
+        help="keep a harness's output already in --work-dir instead of running it again",
+    )
     parser.add_argument(
         "--tasks",
         default="mmlu,gsm8k",
@@ -729,6 +770,19 @@ def served_paths(out_dir: Path) -> str:
     return f"{paths.get('loglikelihood', '?')} / {paths.get('generation', '?')}"
 
 
+def bbh_stop_sequences() -> list[str]:
+    """The stop sequences of lm-eval's BBH configs (read from its YAML, both forms)."""
+    import yaml
+
+    from _lm_eval_tasks import lm_eval_tasks_dir
+
+    stops: list[str] = []
+    for name in ("cot_fewshot/_cot_fewshot_template_yaml", "fewshot/_fewshot_template_yaml"):
+        cfg = yaml.safe_load((lm_eval_tasks_dir() / "bbh" / name).read_text())
+        stops += [s for s in cfg["generation_kwargs"]["until"] if s not in stops]
+    return stops
+
+
 def run_parity(args: argparse.Namespace, work: Path) -> tuple[bool, list[str], dict[str, str]]:
     """One checkpoint through both harnesses: (failed, summary lines, table figures)."""
     tasks = [t.strip() for t in args.tasks.split(",") if t.strip()]
@@ -745,6 +799,10 @@ def run_parity(args: argparse.Namespace, work: Path) -> tuple[bool, list[str], d
         seed=args.seed,
         dtype=args.dtype,
     )
+    if args.stop_tilt is not None:
+        stops = bbh_stop_sequences()
+        ids = tilt_toward_stops(ckpt, stops, alpha=args.stop_tilt, weight_scale=args.weight_scale)
+        print(f"tilted toward {stops!r}: token ids {ids}")
     include = write_task_dir(work / "lm_eval_tasks", data_dir)
     limits = {"mmlu": args.mmlu_limit, "gsm8k": args.gsm8k_limit}
     limits.update(dict.fromkeys(CHOICE_TASKS, args.choice_limit))
@@ -770,10 +828,11 @@ def run_parity(args: argparse.Namespace, work: Path) -> tuple[bool, list[str], d
             num_fewshot=shots[task], batch_size=args.lm_eval_batch_size, dtype=args.dtype,
             softmax_dtype=args.lm_eval_softmax_dtype,
         )  # fmt: skip
-        measured = run_measured(cmd, work / f"lm_eval-{task}.log")
-        print(f"lm-eval   {task:<6} {measured.wall_s:7.1f} s  rc={measured.returncode}")
-        if measured.returncode:
-            raise RuntimeError(f"lm-eval failed, see {work / f'lm_eval-{task}.log'}")
+        if not (args.reuse and list(lm_out.rglob("results_*.json"))):
+            measured = run_measured(cmd, work / f"lm_eval-{task}.log")
+            print(f"lm-eval   {task:<6} {measured.wall_s:7.1f} s  rc={measured.returncode}")
+            if measured.returncode:
+                raise RuntimeError(f"lm-eval failed, see {work / f'lm_eval-{task}.log'}")
         results, samples = read_lm_eval_output(lm_out)
         lm_results = {
             key: {**lm_results.get(key, {}), **value} if isinstance(value, dict) else value
@@ -787,10 +846,11 @@ def run_parity(args: argparse.Namespace, work: Path) -> tuple[bool, list[str], d
             limit=limits[task], num_fewshot=shots[task],
             batch_size=args.evalsweep_batch_size, dtype=args.dtype,
         )  # fmt: skip
-        measured = run_measured(cmd, work / f"evalsweep-{task}.log")
-        print(f"evalsweep {task:<6} {measured.wall_s:7.1f} s  rc={measured.returncode}")
-        if measured.returncode:
-            raise RuntimeError(f"evalsweep failed, see {work / f'evalsweep-{task}.log'}")
+        if not (args.reuse and (es_out / "results.json").exists()):
+            measured = run_measured(cmd, work / f"evalsweep-{task}.log")
+            print(f"evalsweep {task:<6} {measured.wall_s:7.1f} s  rc={measured.returncode}")
+            if measured.returncode:
+                raise RuntimeError(f"evalsweep failed, see {work / f'evalsweep-{task}.log'}")
         stats["paths"] = served_paths(es_out)
         rows, aggregates = read_evalsweep_output(es_out)
         es_rows += rows
@@ -810,7 +870,10 @@ def run_parity(args: argparse.Namespace, work: Path) -> tuple[bool, list[str], d
         checks = {}
     print()
     for name, (same, compared, diffs) in checks.items():
-        say(f"{name.upper():<5} requests (prompt, continuation/stops) identical: {same}/{compared}")
+        say(
+            f"{name.upper():<5} requests (prompt, continuation or stops, max new tokens) "
+            f"identical: {same}/{compared}"
+        )
         for line in diffs[: args.show]:
             say(f"   {line}")
     if "mmlu" in tasks:
@@ -916,6 +979,12 @@ def results_section(args: argparse.Namespace, summary: Sequence[str]) -> str:
         f"{args.scored_fewshot or 'none'} (the others 0). BIG-Bench Hard: first "
         f"{args.bbh_limit} examples of each of the 27 subtasks, 3-shot. Tasks: {args.tasks}."
     )
+    if args.stop_tilt is not None:
+        setup += (
+            f" Weight matrices scaled by {args.weight_scale:g}, then ln_f's bias tilted by "
+            f"{args.stop_tilt:g} toward the tokens of lm-eval's BBH stop sequences "
+            "(`tilt_toward_stops`)."
+        )
     return "\n".join(
         [
             "",

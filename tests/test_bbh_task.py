@@ -169,3 +169,37 @@ def test_run_compares_checkpoints_per_subtask(
     assert report.returncode == 0, report.stderr
     text = html.read_text(encoding="utf-8")
     assert "bbh_fewshot" in text and "tracking_shuffled_objects_seven_objects" in text
+
+
+def test_stop_tilt_makes_greedy_generation_reach_the_stop_sequences(
+    gpt2_a: Path, tmp_path: Path
+) -> None:
+    """The parity benchmark's tilted model: the next token becomes a stop token."""
+    import shutil
+
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    import _lm_eval_tasks as local
+    from evalsweep.tasks.bbh import UNTIL
+
+    def next_tokens(path: Path) -> list[int]:
+        tokenizer = AutoTokenizer.from_pretrained(path)
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
+        out = []
+        for text in ("Q: Is 2 + 2 = 4?\nA:", "Sort the words: pear apple\nA:", "not ( True )"):
+            ids = tokenizer(text, return_tensors="pt").input_ids
+            with torch.no_grad():
+                out.append(int(model(ids).logits[0, -1].argmax()))
+        return out
+
+    tilted = shutil.copytree(gpt2_a, tmp_path / "tilted")
+    stop_ids = local.tilt_toward_stops(tilted, UNTIL, alpha=50.0, weight_scale=3.0)
+    tokenizer = AutoTokenizer.from_pretrained(tilted)
+    assert tokenizer.eos_token_id in stop_ids
+    assert all(
+        i == tokenizer.eos_token_id or any(s in tokenizer.decode([i]) for s in UNTIL)
+        for i in stop_ids
+    )
+    assert not set(next_tokens(gpt2_a)) & set(stop_ids)  # the random model never stops
+    assert set(next_tokens(tilted)) <= set(stop_ids)
