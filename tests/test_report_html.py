@@ -611,7 +611,11 @@ def test_trend_chart_marks_what_the_paired_tests_say(browser: Any, trend_file: P
     evidence = page.driver.execute_script(
         "return document.querySelector('#trend .evidence').textContent;"
     )
-    assert evidence.startswith("best by score: step-1000 (1.0000); better than the one after")
+    # The best checkpoint is named with its paired tests against each other one: better
+    # than the one it beat, not shown better than the ones it ties with.
+    assert evidence.startswith("best by mmlu_high_school_geography: step-1000"), evidence
+    assert ": better than step-2000 (+100.0 points" in evidence, evidence
+    assert "not shown better than step-3000 (+0.0 points" in evidence, evidence
     assert page.driver.execute_script("return !document.querySelector('#forest');")
     page.driver.set_window_size(1400, 900)
     time.sleep(0.5)
