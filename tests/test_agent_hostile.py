@@ -165,4 +165,4 @@ async def test_every_input_field_of_every_tool_is_described(
         for name, field in (t.input_schema or {}).get("properties", {}).items()
         if not field.get("description")
     ]
-    assert len(tools) == 17 and missing == []
+    assert len(tools) == 18 and missing == []  # run_trend: the eighteenth

@@ -100,7 +100,7 @@ def test_the_summary_under_the_table_names_the_regression(case: Case) -> None:
     legend = text.index("▲ improvement, ▼ regression, = no significant change")
     regression = re.search(
         rf"▼ regression: {re.escape(LONG_B[2:])} on {TASK} \(acc\): Δ -100\.0 points "
-        r"\(95% CI -?[\d.]+ to -?[\d.]+\), adjusted p = [\d.e-]+, n = 12",
+        r"\(95% CI -?[\d.]+ to -?[\d.]+ points\), adjusted p = [\d.e-]+, n = 12",
         text,
     )
     assert regression, text

@@ -121,7 +121,7 @@ def test_table_marks_the_regression(letter_models, a_answers, store_path, cli_en
     result = _run(cli_env, letter_models, a_answers, store_path, "A", "B")
     assert result.returncode == 0, result.stderr
     assert "always-A (baseline)" in result.stdout
-    assert "Δ -100.0 ▼" in result.stdout
+    assert "Δ -100.0 points ▼" in result.stdout
 
 
 def test_compare_recomputes_from_separate_runs_without_a_model(

@@ -55,7 +55,8 @@ def test_every_report_asset_is_package_data_and_is_inlined() -> None:
 def test_html_and_markdown_write_numbers_with_the_same_functions() -> None:
     for module in (_html, _markdown):
         assert module._fmt is _numbers.fixed
-        assert module._points is _numbers.points  # a difference: always in points
+        assert module.difference is _numbers.difference  # a difference: always in points
+        assert module.interval is _numbers.interval
         assert module._p is _numbers.p_value
 
 

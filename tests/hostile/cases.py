@@ -426,7 +426,10 @@ CASES: tuple[Case, ...] = (
         "files_left_for_the_next_sample",
         "open('/tmp/leftover', 'w').write('x')\nopen('/dev/shm/leftover', 'w').write('x')\n"
         + CORRECT,
-        "passed",
+        # Files a program leaves are what one process's test would find: never a pass the
+        # judge confirms (it runs elsewhere), and never seen by the next sample.
+        "unsupported",
+        "not confirmed",
     ),
     Case("kernel_escape_attempts", KERNEL_ESCAPES, "passed", must_not_print=("ESCAPED",)),
     Case(

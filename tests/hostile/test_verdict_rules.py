@@ -230,7 +230,7 @@ RULES: tuple[Rule, ...] = (
             ),
         ),
         "unsupported",
-        "AssertionError",
+        "not confirmed",
         _req(
             "MOD = 10 ** 9 + 7\ndef wrap(x):\n    return x % MOD\n",
             _mbpp_test(
@@ -255,7 +255,7 @@ RULES: tuple[Rule, ...] = (
         "humaneval_32_forged_poly_helper",
         lambda _t: _from_file("humaneval-32-50.jsonl", "HumanEval/32", POLY_FORGED, False),
         "unsupported",
-        "AssertionError",
+        "not confirmed",
         lambda _t: _from_file("humaneval-32-50.jsonl", "HumanEval/32", POLY_HONEST, False),
     ),
     Rule(
@@ -265,7 +265,7 @@ RULES: tuple[Rule, ...] = (
             load_problems(_humaneval_32_without_docstring(t, True))["HumanEval/32"],
         ),
         "unsupported",
-        "AssertionError",
+        "not confirmed",
         lambda t: build_request(
             CodeSample(0, "HumanEval/32", POLY_HONEST, False, {}),
             load_problems(_humaneval_32_without_docstring(t, True))["HumanEval/32"],
@@ -278,7 +278,7 @@ RULES: tuple[Rule, ...] = (
             load_problems(_humaneval_32_without_docstring(t, False))["HumanEval/32"],
         ),
         "unsupported",
-        "AssertionError",
+        "not confirmed",
     ),
     Rule(
         "humaneval_50_forged_encode_shift_helper",
@@ -289,7 +289,7 @@ RULES: tuple[Rule, ...] = (
             False,
         ),
         "unsupported",
-        "AssertionError",
+        "not confirmed",
     ),
     Rule(
         "test_global_only_the_sample_defines",
@@ -353,7 +353,14 @@ RULES: tuple[Rule, ...] = (
     ),
     # -- 3. calls exactly as the test makes them -------------------------------------------
     Rule("counter_read_between_calls", _req(COUNTER, COUNTER_TEST), "passed"),
-    Rule("file_counter_side_effect", _req(FILE_COUNTER, FILE_COUNTER_TEST), "passed"),
+    # One process passes it; files a program writes would be the test's too in one
+    # process, which the judge (elsewhere) cannot be: said, never a pass.
+    Rule(
+        "file_counter_side_effect",
+        _req(FILE_COUNTER, FILE_COUNTER_TEST),
+        "unsupported",
+        "not confirmed",
+    ),
     Rule(
         "exits_on_an_input_the_test_never_reaches",
         _req(EXITS_ON_SECOND, TWO_CALLS),
