@@ -217,6 +217,8 @@ class _Server(wire.Endpoint):
         # While serving, the first filter is this side's own (every warning to the judge).
         if _FILTERS_AT_START is not None and warnings.filters != [_ALWAYS, *_FILTERS_AT_START]:
             return {"t": "unsupported", "msg": _CHANGED_FILTERS}
+        if _INTERPRETER_AT_START is not None and _interpreter() != _INTERPRETER_AT_START:
+            return {"t": "unsupported", "msg": _CHANGED_INTERPRETER}
         if shared[1] is not None and shared[1] != _DECIMAL_DEFAULTS:
             return {"t": "unsupported", "msg": _CHANGED_DECIMAL}
         if shared[0] != self._shared_before[0]:
@@ -420,6 +422,27 @@ _WROTE_FILES = (
 # zygote's rehearsal).
 _SCRATCH: str | None = None
 _FILTERS_AT_START: list[Any] | None = None
+_INTERPRETER_AT_START: tuple[Any, ...] | None = None
+_CHANGED_INTERPRETER = (
+    "the program changed interpreter settings one process shares with the test (the "
+    "recursion or int-digit limit, the standard streams, the environment, the time zone)"
+)
+
+
+def _interpreter() -> tuple[Any, ...]:
+    """Interpreter-wide settings a test in the same process would see the program change."""
+    time = sys.modules.get("time")
+    return (
+        wire.program_recursion_limit(),
+        sys.get_int_max_str_digits(),
+        id(sys.stdin),
+        sys.stdout.__class__.__name__,
+        sys.stderr.__class__.__name__,
+        tuple(sorted(os.environ.items())),
+        None if time is None else (time.timezone, time.tzname),
+    )
+
+
 _CHANGED_FILTERS = "the program changed the warning filters, which one process shares with the test"
 _CHANGED_DECIMAL = (
     "the program changed the decimal module's context, which one process shares with the test"
@@ -498,9 +521,10 @@ def serve_functions(source: str, rpc_fd: int, max_frame: int, announce: list[str
     ``announce`` names the functions under test: their lookups travel with the
     "ready" message, which saves the judge a round trip per sample.
     """
-    global _SCRATCH, _FILTERS_AT_START
+    global _SCRATCH, _FILTERS_AT_START, _INTERPRETER_AT_START
     _SCRATCH = os.getcwd()
     _FILTERS_AT_START = list(warnings.filters)
+    _INTERPRETER_AT_START = _interpreter()
     _serve_functions(source, rpc_fd, max_frame, announce)
     _flush_output()
     os._exit(0)

@@ -239,10 +239,20 @@ class raised_recursion_limit:  # noqa: N801 - used as a context manager
 
     def __enter__(self) -> None:
         self._old = sys.getrecursionlimit()
+        _OUTER_LIMITS.append(self._old)
         sys.setrecursionlimit(self._old + self._room)
 
     def __exit__(self, *exc: object) -> None:
+        _OUTER_LIMITS.pop()
         sys.setrecursionlimit(self._old)
+
+
+_OUTER_LIMITS: list[int] = []  # the limits raised_recursion_limit will restore, outermost first
+
+
+def program_recursion_limit() -> int:
+    """The recursion limit the program and the test run under (not a message's raised one)."""
+    return _OUTER_LIMITS[0] if _OUTER_LIMITS else sys.getrecursionlimit()
 
 
 class Encoder:
