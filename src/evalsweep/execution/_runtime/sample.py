@@ -429,6 +429,12 @@ _CHANGED_INTERPRETER = (
 )
 
 
+def _beneath(stream: Any) -> Any:
+    while type(stream) is _Tee:
+        stream = stream._target
+    return stream
+
+
 def _interpreter() -> tuple[Any, ...]:
     """Interpreter-wide settings a test in the same process would see the program change."""
     time = sys.modules.get("time")
@@ -436,8 +442,8 @@ def _interpreter() -> tuple[Any, ...]:
         wire.program_recursion_limit(),
         sys.get_int_max_str_digits(),
         id(sys.stdin),
-        sys.stdout.__class__.__name__,
-        sys.stderr.__class__.__name__,
+        id(_beneath(sys.stdout)),  # (while a request is served, its capture sits on top)
+        id(_beneath(sys.stderr)),
         tuple(sorted(os.environ.items())),
         None if time is None else (time.timezone, time.tzname),
     )
