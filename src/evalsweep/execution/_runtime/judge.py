@@ -270,6 +270,7 @@ _SHARED_RANDOM = (
     "them (the draws of one change the other's)"
 )
 _MODULE = type(contextlib)
+_MAX_RECURSION = 100_000  # the most a program may raise the recursion limit by, for the test
 _WATCH_LIMIT = 1000
 
 
@@ -345,6 +346,7 @@ class SampleChannel(wire.Endpoint):
         # random module: one process has one, which the two would share.
         self.seeded_random: Any = None
         self.program_random = False
+        self._recursion_limit = sys.getrecursionlimit()  # the test's, before any program change
 
     # -- the value model, judge side
 
@@ -477,6 +479,15 @@ class SampleChannel(wire.Endpoint):
         """Note the copies the program may still change, forget those it no longer can."""
         if reply.get("rnd") is True:
             self.program_random = True
+        limits = reply.get("lim")
+        if limits is not None:  # the program changed limits one process shares: the test too
+            pair = _int_list(limits)
+            if len(pair) != 2 or not -900 <= pair[0] <= _MAX_RECURSION:
+                raise wire.ProtocolError("malformed limits")
+            if not (pair[1] == 0 or 640 <= pair[1] <= 10**9):
+                raise wire.ProtocolError("malformed limits")
+            sys.setrecursionlimit(self._recursion_limit + pair[0])
+            sys.set_int_max_str_digits(pair[1])
         self.check_random()
         for number in _int_list(reply.get("dropped")):
             self.kept.pop(number, None)

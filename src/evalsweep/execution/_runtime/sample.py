@@ -219,6 +219,10 @@ class _Server(wire.Endpoint):
             return {"t": "unsupported", "msg": _CHANGED_FILTERS}
         if _INTERPRETER_AT_START is not None and _interpreter() != _INTERPRETER_AT_START:
             return {"t": "unsupported", "msg": _CHANGED_INTERPRETER}
+        if _LIMITS_AT_START is not None:
+            limits = (wire.program_recursion_limit(), sys.get_int_max_str_digits())
+            if limits != _LIMITS_AT_START:  # the judge sets the test's the same way
+                reply["lim"] = [limits[0] - _LIMITS_AT_START[0], limits[1]]
         if shared[1] is not None and shared[1] != _DECIMAL_DEFAULTS:
             return {"t": "unsupported", "msg": _CHANGED_DECIMAL}
         if shared[0] != self._shared_before[0]:
@@ -423,9 +427,10 @@ _WROTE_FILES = (
 _SCRATCH: str | None = None
 _FILTERS_AT_START: list[Any] | None = None
 _INTERPRETER_AT_START: tuple[Any, ...] | None = None
+_LIMITS_AT_START: tuple[int, int] | None = None  # the recursion limit, the int-digit limit
 _CHANGED_INTERPRETER = (
     "the program changed interpreter settings one process shares with the test (the "
-    "recursion or int-digit limit, the standard streams, the environment, the time zone)"
+    "standard streams, the environment, the time zone)"
 )
 
 
@@ -439,8 +444,6 @@ def _interpreter() -> tuple[Any, ...]:
     """Interpreter-wide settings a test in the same process would see the program change."""
     time = sys.modules.get("time")
     return (
-        wire.program_recursion_limit(),
-        sys.get_int_max_str_digits(),
         id(sys.stdin),
         id(_beneath(sys.stdout)),  # (while a request is served, its capture sits on top)
         id(_beneath(sys.stderr)),
@@ -527,10 +530,11 @@ def serve_functions(source: str, rpc_fd: int, max_frame: int, announce: list[str
     ``announce`` names the functions under test: their lookups travel with the
     "ready" message, which saves the judge a round trip per sample.
     """
-    global _SCRATCH, _FILTERS_AT_START, _INTERPRETER_AT_START
+    global _SCRATCH, _FILTERS_AT_START, _INTERPRETER_AT_START, _LIMITS_AT_START
     _SCRATCH = os.getcwd()
     _FILTERS_AT_START = list(warnings.filters)
     _INTERPRETER_AT_START = _interpreter()
+    _LIMITS_AT_START = (sys.getrecursionlimit(), sys.get_int_max_str_digits())
     _serve_functions(source, rpc_fd, max_frame, announce)
     _flush_output()
     os._exit(0)
