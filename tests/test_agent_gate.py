@@ -349,6 +349,7 @@ async def test_no_tool_can_raise_a_limit_or_write_the_config(
             "list_tasks", "list_targets", "quote_sweep", "start_sweep", "job_status",
             "list_jobs", "job_logs", "cancel_job", "results_table", "compare", "spend",
             "list_secrets", "quote_action", "deploy", "stop", "start", "terminate",
+            "run_trend",
         }  # fmt: skip
         for tool in tools.values():
             properties = set((tool.input_schema or {}).get("properties", {}))
