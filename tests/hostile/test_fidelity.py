@@ -379,6 +379,20 @@ CASES: tuple[Case, ...] = (
         """),
     ),
     Case(
+        "a_warning_of_the_programs_own_category",
+        "import warnings\n\n\nclass Careful(UserWarning):\n    pass\n\n\ndef f():\n"
+        "    warnings.warn('careful', Careful)\n    return 1\n",
+        "def f():\n    return 1\n",
+        _d("""
+            import warnings
+            def check(candidate):
+                with warnings.catch_warnings(record=True) as caught:
+                    warnings.simplefilter("always")
+                    assert candidate() == 1
+                assert not caught, caught
+        """),
+    ),
+    Case(
         "an_exceptions_cause",
         "def f():\n    try:\n        {}['k']\n    except KeyError as e:\n"
         "        raise ValueError('bad') from e\n",
