@@ -366,14 +366,19 @@ class SampleChannel(wire.Endpoint):
         copies it hands over are kept in step like the values it returns."""
         pairs = request.pop("kept", None)
         super().serve_one(request, memo)
+        self._keep_labelled(pairs, memo, "kept")
+
+    def _keep_labelled(self, pairs: Any, table: dict[int, Any], what: str) -> None:
+        """Keep, under the sample's numbers, the objects ``[label, number]`` pairs name in
+        ``table`` (a message's labelled objects), with their contents now."""
         if pairs is None:
             return
         if type(pairs) is not list:
-            raise wire.ProtocolError("malformed kept")
+            raise wire.ProtocolError(f"malformed {what}")
         for pair in pairs:
             if type(pair) is not list or len(pair) != 2 or not _int_list(pair):
-                raise wire.ProtocolError("malformed kept")
-            obj = memo.get(pair[0])
+                raise wire.ProtocolError(f"malformed {what}")
+            obj = table.get(pair[0])
             if obj is not None:
                 self.kept[pair[1]] = (obj, wire.state(obj))
 
@@ -495,17 +500,7 @@ class SampleChannel(wire.Endpoint):
             self._changed = []
             raise self.unsupported_value(_CHANGED_BY_TEST)
         for key, table in (("kept", self.reply_memo), ("kept_args", handed)):
-            pairs = reply.get(key)
-            if pairs is None:
-                continue
-            if type(pairs) is not list:
-                raise wire.ProtocolError(f"malformed {key}")
-            for pair in pairs:
-                if type(pair) is not list or len(pair) != 2 or not _int_list(pair):
-                    raise wire.ProtocolError(f"malformed {key}")
-                obj = table.get(pair[0])
-                if obj is not None:
-                    self.kept[pair[1]] = (obj, None)
+            self._keep_labelled(reply.get(key), table, key)
         for number, (obj, _) in self.kept.items():
             self.kept[number] = (obj, wire.state(obj))  # in step as of this reply
 
