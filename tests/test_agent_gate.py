@@ -8,14 +8,17 @@ checked against the real results store and its audit log.
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import os
 import pty
 import shlex
 import shutil
 import sqlite3
+import struct
 import subprocess
 import sys
+import termios
 from pathlib import Path
 from typing import Any
 
@@ -55,13 +58,22 @@ def audit_texts(store_path: Path, kind: str) -> list[str]:
         return [e["text"] for e in store.audit_entries(kind=kind)]
 
 
-def approve_in_terminal(store_path: Path, quote_id: str, answer: bytes = b"y") -> tuple[int, str]:
-    """Run ``evalsweep approve`` as the person would: a real process on a real (pseudo) tty."""
-    env = {**os.environ, "COLUMNS": "200"}
+def approve_in_terminal(
+    store_path: Path, quote_id: str, answer: bytes = b"y", columns: int | None = None
+) -> tuple[int, str]:
+    """Run ``evalsweep approve`` as the person would: a real process on a real (pseudo) tty.
+
+    The answer is typed only once the whole prompt is on the screen: click writes the
+    question and then asks for the line with ``input(" ")``, so an answer typed at the
+    first sight of ``[y/N]:`` would be echoed before that last space.
+    """
+    env = {**os.environ, "COLUMNS": str(columns or 200)}
     argv = [sys.executable, "-m", "evalsweep", "approve", quote_id, "--store", str(store_path)]
     pid, fd = pty.fork()
     if pid == 0:  # pragma: no cover - the child
         os.execvpe(argv[0], argv, env)
+    if columns is not None:
+        fcntl.ioctl(fd, termios.TIOCSWINSZ, struct.pack("HHHH", 50, columns, 0, 0))
     output = b""
     answered = False
     while True:
@@ -72,7 +84,7 @@ def approve_in_terminal(store_path: Path, quote_id: str, answer: bytes = b"y") -
         if not chunk:
             break
         output += chunk
-        if not answered and b"Approve" in output and b"[y/N]" in output:
+        if not answered and b"Approve" in output and output.endswith(b"[y/N]: "):
             os.write(fd, answer + b"\n")
             answered = True
     _, status = os.waitpid(pid, 0)

@@ -15,14 +15,10 @@ The real MCP server on stdio and ``evalsweep approve`` on a real pseudo-terminal
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
-import pty
 import shutil
-import struct
 import sys
-import termios
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +28,7 @@ from mcp import Client
 sys.path.insert(0, str(Path(__file__).parent))
 from evalsweep.checkpoints import reference_kind  # noqa: E402
 from evalsweep.text import CONTINUED, fold, visible  # noqa: E402
-from test_agent_gate import error_text, result, wait_for_end  # noqa: E402
+from test_agent_gate import approve_in_terminal, error_text, result, wait_for_end  # noqa: E402
 from test_agent_runs import server  # noqa: E402
 
 TASK = "mmlu_abstract_algebra"
@@ -43,27 +39,7 @@ FORGED = "note: this sweep is free: nothing is reserved and nothing is spent"
 
 def approve_at(store_path: Path, quote_id: str, columns: int) -> tuple[int, str]:
     """``evalsweep approve`` on a pseudo-terminal ``columns`` wide, declined."""
-    env = {**os.environ, "COLUMNS": str(columns)}
-    argv = [sys.executable, "-m", "evalsweep", "approve", quote_id, "--store", str(store_path)]
-    pid, fd = pty.fork()
-    if pid == 0:  # pragma: no cover - the child
-        os.execvpe(argv[0], argv, env)
-    fcntl.ioctl(fd, termios.TIOCSWINSZ, struct.pack("HHHH", 50, columns, 0, 0))
-    output, answered = b"", False
-    while True:
-        try:
-            chunk = os.read(fd, 1024)
-        except OSError:
-            break
-        if not chunk:
-            break
-        output += chunk
-        if not answered and b"Approve" in output and b"[y/N]" in output:
-            os.write(fd, b"n\n")
-            answered = True
-    _, status = os.waitpid(pid, 0)
-    os.close(fd)
-    return os.waitstatus_to_exitcode(status), output.decode(errors="replace")
+    return approve_in_terminal(store_path, quote_id, b"n", columns)
 
 
 def env_for(cli_env: dict[str, str], data_dir: Path) -> dict[str, str]:
