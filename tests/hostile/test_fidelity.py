@@ -53,6 +53,35 @@ def _d(text: str) -> str:
     return textwrap.dedent(text).lstrip("\n")
 
 
+TREE = (
+    _d("""
+    class Node:
+        def __init__(self, value, left=None, right=None):
+            self.value, self.left, self.right = value, left, right
+""")
+    + "\n\n"
+)
+
+POINT = (
+    _d("""
+    from dataclasses import dataclass
+    @dataclass(frozen=True)
+    class Point:
+        x: int
+        y: int
+""")
+    + "\n\n"
+)
+COLOR = (
+    _d("""
+    import enum
+    class Color(enum.Enum):
+        RED = 1
+        GREEN = 2
+""")
+    + "\n\n"
+)
+
 CASES: tuple[Case, ...] = (
     # -- order -----------------------------------------------------------------------------
     Case(
@@ -440,6 +469,160 @@ CASES: tuple[Case, ...] = (
                     return
                 assert False
         """),
+    ),
+    # -- what the test hands over, and what it reads back -----------------------------------------
+    Case(
+        "walks_a_tree_of_the_problems_class",
+        TREE + "def f(root):\n    return 0 if root is None else 1 + f(root.left)\n",
+        TREE
+        + "def f(root):\n    if root is None:\n        return 0\n"
+        + "    return 1 + max(f(root.left), f(root.right))\n",
+        "def check(candidate):\n"
+        "    assert candidate(Node(1, Node(2), Node(3, None, Node(4)))) == 3\n",
+        prelude=TREE + "def f(root):\n    pass\n",
+    ),
+    Case(
+        "calls_a_method_of_the_tests_own_class",
+        "def f(shape):\n    return shape.side * 4\n",
+        "def f(shape):\n    return shape.area()\n",
+        _d("""
+            class Square:
+                def __init__(self, side):
+                    self.side = side
+                def area(self):
+                    return self.side ** 2
+            def check(candidate):
+                assert candidate(Square(3)) == 9
+        """),
+    ),
+    Case(
+        "a_generator_asked_for",
+        "def f(n):\n    return [i * i for i in range(n)]\n",
+        "def f(n):\n    for i in range(n):\n        yield i * i\n",
+        _d("""
+            import inspect, types
+            def check(candidate):
+                g = candidate(3)
+                assert inspect.isgenerator(g) and isinstance(g, types.GeneratorType)
+                assert next(g) == 0 and list(g) == [1, 4]
+        """),
+    ),
+    Case(
+        "an_attribute_list_the_test_appends_to",
+        _d("""
+            class Bag:
+                def __init__(self):
+                    self.items = []
+                def total(self):
+                    return len(list(self.items))
+            def f():
+                return Bag()
+        """),
+        _d("""
+            class Bag:
+                def __init__(self):
+                    self.items = []
+                def total(self):
+                    return len(self.items)
+            def f():
+                return Bag()
+        """).replace("len(self.items)", "sum(self.items)"),
+        _d("""
+            def check(candidate):
+                bag = candidate()
+                bag.items.append(5)
+                bag.items.append(6)
+                assert bag.total() == 11
+        """),
+    ),
+    Case(
+        "a_list_the_test_changes_after_the_program_returned_it",
+        "STORE = []\n\ndef f(x=None):\n    if x is None:\n        return len(STORE)\n"
+        "    STORE.append(x)\n    return list(STORE)\n",
+        "STORE = []\n\ndef f(x=None):\n    if x is None:\n        return len(STORE)\n"
+        "    STORE.append(x)\n    return STORE\n",
+        _d("""
+            def check(candidate):
+                kept = candidate(1)
+                kept.clear()
+                assert candidate() == 0
+        """),
+    ),
+    Case(
+        "warning_filters_the_program_adds_as_it_loads",
+        "import warnings\n\ndef f():\n    return 1\n",
+        "import warnings\nwarnings.filterwarnings('ignore', message='noisy')\n\n"
+        "def f():\n    return 1\n",
+        _d("""
+            import warnings
+            def check(candidate):
+                with warnings.catch_warnings(record=True) as seen:
+                    warnings.warn("noisy thing")
+                    assert candidate() == 1
+                assert seen == []
+        """),
+    ),
+    Case(
+        "called_from_twelve_test_threads",
+        "def f(x):\n    return x * x if x % 5 else x\n",
+        "def f(x):\n    return x * x\n",
+        _d("""
+            import threading
+            def check(candidate):
+                results = {}
+                def work(i):
+                    results[i] = candidate(i)
+                threads = [threading.Thread(target=work, args=(i,)) for i in range(12)]
+                for thread in threads:
+                    thread.start()
+                for thread in threads:
+                    thread.join()
+                assert results == {i: i * i for i in range(12)}
+        """),
+    ),
+    Case(
+        "an_instance_of_the_problems_dataclass_compared",
+        POINT + "def f(x):\n    return Point(x, x)\n",
+        POINT + "def f(x):\n    return Point(x, x + 1)\n",
+        "def check(candidate):\n    assert candidate(1) == Point(1, 2)\n"
+        "    assert isinstance(candidate(2), Point)\n",
+        prelude=POINT + "def f(x):\n    pass\n",
+    ),
+    Case(
+        "a_member_of_the_problems_enum",
+        COLOR + "def f(x):\n    return Color.RED\n",
+        COLOR + "def f(x):\n    return Color(x)\n",
+        "def check(candidate):\n    assert candidate(2) is Color.GREEN\n",
+        prelude=COLOR + "def f(x):\n    pass\n",
+    ),
+    Case(
+        "mirrors_the_tests_tree_in_place",
+        TREE + "def f(root):\n    if root:\n"
+        "        root.left, root.right = root.right, root.left\n",
+        TREE
+        + "def f(root):\n    if root:\n        root.left, root.right = root.right, root.left\n"
+        + "        f(root.left)\n        f(root.right)\n    return root\n",
+        _d("""
+            def check(candidate):
+                root = Node(1, Node(2, Node(4)), Node(3))
+                assert candidate(root) is root
+                assert root.left.value == 3 and root.right.right.value == 4
+                assert isinstance(root.right, Node)
+        """),
+        prelude=TREE + "def f(root):\n    pass\n",
+    ),
+    Case(
+        "checks_the_class_of_what_the_test_passed",
+        TREE + "def f(root):\n    return type(root).__name__ == 'Node' and root.value > 1\n",
+        TREE + "def f(root):\n    return isinstance(root, Node)\n",
+        "def check(candidate):\n    assert candidate(Node(1)) is True\n",
+        prelude=TREE + "def f(root):\n    pass\n",
+    ),
+    Case(
+        "math_nan_in_a_list",
+        "def f():\n    return [float('nan')]\n",
+        "import math\n\ndef f():\n    return [math.nan]\n",
+        "import math\n\ndef check(candidate):\n    assert candidate() == [math.nan]\n",
     ),
 )
 

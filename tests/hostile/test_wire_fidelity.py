@@ -443,6 +443,34 @@ def test_the_sample_cannot_read_into_the_tests_functions(
     assert _status(service, name, lam) == ("passed", "")
 
 
+@pytest.mark.parametrize(
+    "read",
+    ["t.__dict__", "t._hidden", "t.module", "t.area.__func__", "t.area.__self__", "t.frame",
+     "t.code",
+     # asked of the judge directly, past this side's own refusal
+     "t._evalsweep_server.ask_judge(t, 'getattr', (), {'name': '__dict__'})",
+     "t._evalsweep_server.ask_judge(t, 'getattr', (), {'name': '_hidden'})"],
+)  # fmt: skip
+def test_the_sample_reads_only_public_attributes_of_the_tests_own_objects(
+    service: ExecutionService, read: str
+) -> None:
+    # An object of a class the test (or the problem) defines is read as in one process:
+    # its public attributes and methods. What leads into the judge's workings is refused.
+    header = (
+        "import sys, math\n"
+        "class Shape:\n    def __init__(self):\n        self.side, self._hidden = 2, 'x'\n"
+        "        self.module, self.frame = math, sys._getframe()\n"
+        "        self.code = self.area.__code__\n"
+        "    def area(self):\n        return self.side ** 2\n"
+    )
+    body = "    assert candidate(Shape()) == 4\n"
+    read_public = "def f(t):\n    return t.side * t.area() // t.side\n"
+    assert _status(service, read_public, body, header) == ("passed", "")
+    status, reason = _status(service, f"def f(t):\n    {read}\n    return 4\n", body, header)
+    # Never a pass: unsupported where one process lets the program read it, else an error.
+    assert status in ("unsupported", "error") and "AttributeError" in reason, (status, reason)
+
+
 def test_an_exception_class_whose_lineage_cannot_be_placed_is_unsupported(
     service: ExecutionService,
 ) -> None:

@@ -94,7 +94,8 @@ def zygote_limits(
         "file_size": limits.max_file_mb * mib,
         "open_files": 64 if judge else limits.max_open_files,
         "cpu_seconds": limits.cpu_seconds() + (1 if judge else 0),
-        "processes": 8 if judge else limits.max_processes + 2,
+        # The test's threads count here: the judge may start as many as one process could.
+        "processes": max(8, limits.max_processes + 2),
         "scratch": limits.scratch_mb * mib,
         "scratch_inodes": limits.scratch_inodes,
         "output_limit": limits.output_limit_bytes,

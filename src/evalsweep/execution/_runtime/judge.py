@@ -26,6 +26,7 @@ import contextlib
 import importlib
 import signal
 import sys
+import types
 import warnings
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -235,6 +236,32 @@ def _reversed(self: Remote) -> Any:
     return self._ask("reversed")
 
 
+def _forwarding(remote: Remote) -> Iterator[Any]:
+    """Each step of the sample's generator behind ``remote``, as a generator of the judge's.
+
+    ``next`` and ``send`` are the sample's; a value thrown in cannot be carried (the
+    exception would be the test's object): ``unsupported``. Closing it does not reach the
+    sample (a generator the test drops is closed here only).
+    """
+    try:
+        value = remote._ask("next")
+    except StopIteration as stop:
+        return stop.value
+    while True:
+        try:
+            sent = yield value
+        except GeneratorExit:
+            raise
+        except BaseException:
+            raise remote._evalsweep_channel.unsupported_value(
+                "the test throws an exception into a generator of the program's"
+            ) from None
+        try:
+            value = remote._ask("next") if sent is None else remote.send(sent)
+        except StopIteration as stop:
+            return stop.value
+
+
 def _judged_by_the_program(name: str) -> Callable[..., Any]:
     """A question only the program's code answers for its object: never answered here."""
 
@@ -259,17 +286,12 @@ _REMOTE_METHODS = {
 }
 
 
-_CHANGED_BY_TEST = (
-    "the test changed an object the program may still reach (a list or dict the program "
-    "returned or was given and kept): in one process the program would see the change"
-)
-
-
 _SHARED_RANDOM = (
     "the program and the test both use the random module, which one process shares between "
     "them (the draws of one change the other's)"
 )
 _MODULE = type(contextlib)
+_HEAPTYPE = 1 << 9  # a class written in Python
 _MAX_RECURSION = 100_000  # the most a program may raise the recursion limit by, for the test
 _WATCH_LIMIT = 1000
 
@@ -283,6 +305,17 @@ def _with_watch(
         return message
 
     return watched
+
+
+def _with_write_back(
+    build: Callable[[wire.Encoder], dict[str, Any]], changed: list[tuple[int, Any]]
+) -> Callable[[wire.Encoder], dict[str, Any]]:
+    def written(encoder: wire.Encoder) -> dict[str, Any]:
+        message = build(encoder)
+        message["wb"] = [[number, encoder.contents(obj)] for number, obj in changed]
+        return message
+
+    return written
 
 
 def _int_list(value: Any) -> list[int]:
@@ -316,10 +349,20 @@ _NOT_ANSWERED = (
     OSError,
 )
 # What the sample may do with an object of the test's it holds: call it,
-# iterate it, ask its length, truth or name. Not read its other attributes,
-# its text or its items: a test's function or partial holds expected values.
+# iterate it, ask its length, truth or name. Not read its text or its items, nor
+# the attributes of a function or partial (they hold expected values): only the
+# public attributes of an object whose class the problem or the test defines
+# (a ``TreeNode``'s ``left``, a shape's ``area``), as one process would read them.
 _JUDGE_OPS = frozenset({"call", "iter", "next", "len", "bool", "getattr"})
 _JUDGE_ATTRIBUTES = frozenset({"__name__", "__qualname__"})
+# What no attribute the sample reads may be: each leads into the judge's own workings.
+_INNER_TYPES = (
+    types.ModuleType,
+    types.FrameType,
+    types.TracebackType,
+    types.CodeType,
+    types.CellType,
+)
 
 
 class SampleChannel(wire.Endpoint):
@@ -339,7 +382,6 @@ class SampleChannel(wire.Endpoint):
         self._announced: dict[str, Any] = {}  # lookups sent along with "ready"
         self.made = 0  # calls the test has made so far
         self.unsupported: list[str] = []
-        self._changed: list[int] = []
         # The problem's names and digests, sent with the first request.
         self.watch: dict[str, str] | None = None
         # random's state once the judge seeded it, and whether the program drew from its own
@@ -347,10 +389,18 @@ class SampleChannel(wire.Endpoint):
         self.seeded_random: Any = None
         self.program_random = False
         self._recursion_limit = sys.getrecursionlimit()  # the test's, before any program change
+        self.namespace: dict[str, Any] | None = None  # the test's globals (see JudgeGlobals)
+        # The sample's generators, each as one generator here (by the sample's number), and
+        # back from it to the reference (by id).
+        self._generators: dict[int, Any] = {}
+        self._generator_remotes: dict[int, tuple[Any, Remote]] = {}
 
     # -- the value model, judge side
 
     def make_ref(self, obj: Any) -> Any:
+        remote = self._generator_remotes.get(id(obj))
+        if remote is not None and remote[0] is obj:
+            obj = remote[1]  # one of the sample's generators: the sample's own again
         if isinstance(obj, Remote):
             if obj._evalsweep_channel is not self:
                 raise wire.Unsupported("a proxy of another channel")
@@ -387,13 +437,36 @@ class SampleChannel(wire.Endpoint):
             return self.lent(payload)
         if tag == "k":  # an object the program returned before: the test's copy of it
             return self.kept_object(payload)
+        if tag == "pc":
+            return self.problem_instance(payload)
         if tag == "q":
             if len(payload) == 2 and payload[0] == "builtins" and type(payload[1]) is str:
                 value = wire.SAFE_BUILTINS.get(payload[1])
                 if value is not None:
                     return value
             raise wire.ProtocolError("the sample named an object it may not name")
-        return self.peer_proxy(payload, Remote, _REMOTE_METHODS)
+        proxy = self.peer_proxy(payload, Remote, _REMOTE_METHODS)
+        if payload[1] == "generator":
+            return self._generator(proxy)
+        return proxy
+
+    def _generator(self, remote: Remote) -> Any:
+        """A generator of the sample's, as a real generator here that runs it step by step
+        (``inspect.isgenerator`` and ``types.GeneratorType`` answer as in one process)."""
+        number = remote._evalsweep_number
+        made = self._generators.get(number)
+        if made is None:
+            made = self._generators[number] = _forwarding(remote)
+            self._generator_remotes[id(made)] = (made, remote)
+            for name in ("__name__", "__qualname__"):
+                text = remote._ask("getattr", name=name)
+                if type(text) is str:
+                    setattr(made, name, text)
+        return made
+
+    def watch_items(self, namespace: dict[str, Any]) -> list[tuple[str, Any]]:
+        """The problem's names and values that ``watch`` covers."""
+        return [(name, dict.get(namespace, name)) for name in self.watch or ()]
 
     def keeps_going(self, error: BaseException) -> bool:
         return not isinstance(error, _NOT_ANSWERED)
@@ -417,12 +490,34 @@ class SampleChannel(wire.Endpoint):
             return len(obj)
         if op == "getattr":
             name = request.get("name")
-            if name not in _JUDGE_ATTRIBUTES:
+            if name in _JUDGE_ATTRIBUTES:
+                return str(getattr(obj, name))
+            if type(name) is not str or name.startswith("_") or not self._problem_class(obj):
                 raise AttributeError(
                     f"the program may not read {str(name)[:100]!r} of the test's objects"
                 )
-            return str(getattr(obj, name))
+            value = getattr(obj, name)
+            if isinstance(value, _INNER_TYPES):
+                raise AttributeError(f"the program may not read {name[:100]!r} of this object")
+            return value
         return bool(obj)
+
+    def _problem_class(self, obj: Any) -> bool:
+        """Whether ``obj``'s class is one the problem or the test defines (its code runs here)."""
+        namespace = self.namespace
+        cls = type(obj)
+        if namespace is None or getattr(builtins, cls.__name__, None) is cls:
+            return False
+        for klass in cls.__mro__:
+            if klass is object:
+                continue
+            if dict.get(namespace, klass.__name__) is klass:
+                return True
+            for value in vars(klass).values():
+                function = getattr(value, "__func__", value)
+                if getattr(function, "__globals__", None) is namespace:
+                    return True
+        return False
 
     # -- requests the test makes
 
@@ -449,11 +544,29 @@ class SampleChannel(wire.Endpoint):
             raise wire.ProtocolError(f"unexpected {reply['t']!r} before ready")
         names = reply.get("names")
         self._announced = names if isinstance(names, dict) else {}
+        added = reply.get("wf")
+        if added is not None:  # the filters the program added as it loaded: the test's too
+            if (
+                type(added) is not list
+                or len(added) != 2
+                or not all(type(part) is list for part in added)
+            ):
+                raise wire.ProtocolError("malformed warning filters")
+            front, back = (
+                [f for f in (wire.rebuild_filter(node, _stdlib_class) for node in part[:256]) if f]
+                for part in added
+            )
+            filters: Any = warnings.filters
+            filters[0:0] = front
+            filters.extend(back)
+            warnings._filters_mutated()  # type: ignore[attr-defined]
 
     def _exchange(self, build: Callable[[wire.Encoder], dict[str, Any]]) -> Any:
-        # Copies the test changed since the last reply: that matters only if the
-        # program can still reach its object, which the reply says ("dropped").
-        self._changed = [n for n, (obj, before) in self.kept.items() if not wire.same(obj, before)]
+        # Copies the test changed since the last reply: in one process they are the
+        # program's objects, so their new contents go first, written back in place there.
+        changed = [(n, obj) for n, (obj, before) in self.kept.items() if not wire.same(obj, before)]
+        if changed:
+            build = _with_write_back(build, changed)
         if self.watch is not None:
             build = _with_watch(build, self.watch)
             self.watch = None
@@ -496,9 +609,6 @@ class SampleChannel(wire.Endpoint):
         self.check_random()
         for number in _int_list(reply.get("dropped")):
             self.kept.pop(number, None)
-        if any(number in self.kept for number in self._changed):
-            self._changed = []
-            raise self.unsupported_value(_CHANGED_BY_TEST)
         for key, table in (("kept", self.reply_memo), ("kept_args", handed)):
             self._keep_labelled(reply.get(key), table, key)
         for number, (obj, _) in self.kept.items():
@@ -646,6 +756,7 @@ class JudgeGlobals(dict):  # type: ignore[type-arg]
     def __init__(self, channel: SampleChannel, sample_names: frozenset[str]) -> None:
         super().__init__()
         self._channel = channel
+        channel.namespace = self
         self._sample_names = sample_names
         self.in_prelude = False
         self.unresolved: list[str] = []
@@ -768,6 +879,16 @@ def _run_test(spec: dict[str, Any], namespace: JudgeGlobals) -> None:
             for name, value in list(dict.items(namespace))[:_WATCH_LIMIT]
             if not name.startswith("__") and type(value) is not _MODULE
         }
+        # The classes the problem defines: their instances cross by value both ways.
+        namespace._channel.set_problem_classes(
+            {
+                name: value
+                for name, value in namespace._channel.watch_items(namespace)
+                if isinstance(value, type)
+                and value.__module__ == "builtins"
+                and value.__flags__ & _HEAPTYPE
+            }
+        )
     exec(spec["test"], namespace)
     candidate = None if spec["entry_point"] == "None" else _entry(namespace, spec["entry_point"])
     # ``dict.get`` skips __missing__: the check function must be the test's own.

@@ -62,7 +62,9 @@ class _TestObject:
         return f"<the test's {type(self).__name__} object>"
 
     def __getattr__(self, name: str) -> Any:
-        if name not in ("__name__", "__qualname__"):
+        # Its name, or a public attribute (the judge answers only for an object whose class
+        # the problem or the test defines; see judge.SampleChannel.perform).
+        if name.startswith("_") and name not in ("__name__", "__qualname__"):
             raise AttributeError(name)
         return self._evalsweep_server.ask_judge(self, "getattr", (), {"name": name})
 
@@ -167,6 +169,7 @@ class _Server(wire.Endpoint):
         # The problem's names the program has too (the judge's list): name -> (value, contents).
         self._watched: dict[str, str] = {}
         self._shared_before: tuple[Any, Any, bool] = (None, None, False)
+        self.carried_filters: list[Any] | None = None  # the warning filters loading added
 
     # -- the value model, sample side
 
@@ -184,6 +187,8 @@ class _Server(wire.Endpoint):
             return self.lent(payload)
         if tag == "k":  # the test's copy of an object of ours: the object itself
             return self.kept_object(payload)
+        if tag == "pc":
+            return self.problem_instance(payload)
         if tag == "q":
             if len(payload) != 2 or not all(type(part) is str for part in payload):
                 raise wire.ProtocolError("malformed name")
@@ -287,7 +292,7 @@ class _Server(wire.Endpoint):
 
     def ready(self, announce: list[str]) -> bytes:
         """The "ready" message, with the lookups of ``announce`` (one encoder: one graph)."""
-        encoder = wire.Encoder(self.make_ref)
+        encoder = self.encoder()
         names = {}
         with wire.raised_recursion_limit():
             for name in announce:
@@ -295,7 +300,10 @@ class _Server(wire.Endpoint):
                     names[name] = self.lookup(name, encoder)
                     if names[name]["t"] == "ok":
                         self.announced[name] = self._namespace[name]
-            return self.dump(encoder, {"t": "ready", "names": names})
+            message: dict[str, Any] = {"t": "ready", "names": names}
+            if self.carried_filters is not None:
+                message["wf"] = self.carried_filters
+            return self.dump(encoder, message)
 
     def serve(self) -> None:
         """Answer until the judge hangs up (end-of-file, or a write it no longer reads)."""
@@ -323,8 +331,21 @@ class _Server(wire.Endpoint):
             self._watched = {
                 name: problems for name, problems in names.items() if name in self._namespace
             }
+            # The problem's classes the program has exactly (by digest): their instances
+            # cross by value, as instances of the other side's copy.
+            self.set_problem_classes(
+                {
+                    name: cls
+                    for name, problems in self._watched.items()
+                    if isinstance(cls := self._namespace[name], type)
+                    and wire.digest(cls) == problems
+                }
+            )
+        updates = request.pop("wb", None)
+        if updates is not None:
+            self._write_back(updates)
         if request.get("op") == "get":
-            encoder = wire.Encoder(self.make_ref)
+            encoder = self.encoder()
             try:
                 with wire.raised_recursion_limit():
                     reply = self.lookup(str(request.get("name")), encoder)
@@ -334,6 +355,20 @@ class _Server(wire.Endpoint):
             self.send(payload)
             return
         super().serve_one(request, memo)
+
+    def _write_back(self, updates: Any) -> None:
+        """The test changed its copies of these objects of ours: in one process they are the
+        same objects, so they take the new contents, in place, before the program runs on."""
+        if type(updates) is not list:
+            raise wire.ProtocolError("malformed write-back")
+        for item in updates:
+            if type(item) is not list or len(item) != 2 or type(item[0]) is not int:
+                raise wire.ProtocolError("malformed write-back")
+            entry = self.kept.get(item[0])
+            if entry is None:
+                raise wire.ProtocolError("a write-back to an object that is not kept")
+            wire.write_back(entry[0], item[1])
+            self.kept[item[0]] = (entry[0], wire.state(entry[0]))
 
     def _global(self, name: str) -> Any:
         if name in self.announced:
@@ -524,6 +559,20 @@ _show_warning = warnings._showwarnmsg  # type: ignore[attr-defined]
 _print_warning = getattr(warnings, "_showwarnmsg_impl", None)
 
 
+def _added_filters(before: list[Any], after: list[Any]) -> list[Any] | None:
+    """The warning filters ``after`` adds to ``before`` as ``[front, back]`` (each filter as
+    :func:`wire.filter_node` gives it), or None when ``after`` is not ``before`` with some
+    added at either end (or holds nothing new)."""
+    size = len(before)
+    for start in range(len(after) - size + 1):
+        if after[start : start + size] == before:
+            front, back = after[:start], after[start + size :]
+            if not front and not back:
+                return None
+            return [[wire.filter_node(f) for f in front], [wire.filter_node(f) for f in back]]
+    return None
+
+
 def serve_functions(source: str, rpc_fd: int, max_frame: int, announce: list[str]) -> NoReturn:
     """Function mode: load the program, say so, then serve until the judge hangs up.
 
@@ -554,6 +603,14 @@ def _serve_functions(source: str, rpc_fd: int, max_frame: int, announce: list[st
         return
     server = _Server(namespace, rpc_fd, max_frame)
     _serving[:] = [server]
+    # Filters the program added as it loaded (``import numpy`` adds some) are the test's
+    # too in one process: they travel with "ready" and the judge adds them; a change
+    # made later, or one that is not adding, stays unsupported (see finish_reply).
+    global _FILTERS_AT_START
+    carried = _added_filters(_FILTERS_AT_START or [], list(warnings.filters))
+    if carried is not None:
+        server.carried_filters = carried
+        _FILTERS_AT_START = list(warnings.filters)
     # From here on the program runs only inside requests: every warning it
     # raises is the test's to filter (the judge re-issues it), so this side
     # lets each one through and hands it over.

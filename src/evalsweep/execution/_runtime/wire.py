@@ -30,8 +30,10 @@ import gc
 import hashlib
 import importlib
 import json
+import math
 import operator
 import os
+import re
 import struct
 import sys
 import threading
@@ -218,7 +220,9 @@ class Unsupported(ValueError):
 
 
 def _scalar(value: Any) -> bool:
-    return type(value) in _SCALARS
+    # A NaN is an object: containers compare items by identity first, so which NaN it is
+    # (``math.nan`` itself, or another) decides ``[x] == [math.nan]`` (see Encoder._node).
+    return type(value) in _SCALARS and value == value
 
 
 class raised_recursion_limit:  # noqa: N801 - used as a context manager
@@ -274,8 +278,12 @@ class Encoder:
         known: dict[int, int] | None = None,
         label_all: bool = False,
         kept: dict[int, int] | None = None,
+        classes: dict[int, str] | None = None,
     ) -> None:
         self._make_ref = make_ref
+        # id() -> name of the problem's classes on this side: their instances cross by value,
+        # rebuilt as instances of the other side's copy (see _problem_instance).
+        self._classes = classes or {}
         self._known = known or {}
         self._kept = kept or {}  # id() -> number of an object the peer holds a copy of
         self._label_all = label_all
@@ -303,7 +311,7 @@ class Encoder:
 
     def _enc(self, value: Any, depth: int) -> Any:
         kind = type(value)
-        if kind in _SCALARS:
+        if kind in _SCALARS and value == value:
             return value
         key = id(value)
         label = self._known.get(key)
@@ -348,6 +356,8 @@ class Encoder:
         return flat
 
     def _node(self, value: Any, kind: type, depth: int) -> Any:
+        if kind is float:  # a NaN: math.nan itself, or one of its own
+            return {_TAG: "nan", "v": int(value is math.nan)}
         if kind is list:
             if all(map(_scalar, value)):
                 return value  # the C encoder writes it as is
@@ -370,6 +380,12 @@ class Encoder:
         return self._subclass(value, depth)
 
     def _subclass(self, value: Any, depth: int) -> Any:
+        if self._classes:
+            name = self._classes.get(id(type(value)))
+            if name is not None:
+                node = self._problem_instance(value, name, depth)
+                if node is not None:
+                    return node
         # An instance of a subclass of a built-in type is the program's object:
         # its class may change how it compares, prints or iterates, and ``type()``
         # tells it apart. It stays where it is, as a reference (the other side
@@ -385,6 +401,51 @@ class Encoder:
         if type(value).__module__ == "numpy" and getattr(value, "ndim", None) == 0:
             return self._enc(value.item(), depth)
         return self._make_ref(value)
+
+    def _problem_instance(self, value: Any, name: str, depth: int) -> Any:
+        """An instance of a class the problem defines, by value: ``[name, 0, member]`` for an
+        enum member, ``[name, 1, its __dict__, reference]`` for a plain instance (the other
+        side rebuilds it with its own copy of the class, or keeps the reference where it
+        has no faithful copy). None where the instance is not plain (slots, its own pickling
+        rules) or its contents cannot travel (it contains itself): it stays a reference."""
+        kind = type(value)
+        enum = sys.modules.get("enum")
+        if enum is not None and isinstance(value, enum.Enum):
+            member = getattr(value, "_name_", None)
+            return {_TAG: "pc", "v": [name, 0, member]} if type(member) is str else None
+        if not _plain_instance(kind):
+            return None
+        state = object.__getattribute__(value, "__dict__")
+        if type(state) is not dict:
+            return None
+        labels, seen, late = len(self.labels), set(self._seen), dict(self._late)
+        try:
+            contents = self._enc(state, depth + 1)
+        except Unsupported:
+            for label in range(labels, len(self.labels)):
+                del self.labels[label]
+            for key in set(self._seen) - seen:
+                del self._seen[key]
+            self._late = late
+            return None
+        return {_TAG: "pc", "v": [name, 1, contents, self._make_ref(value)]}
+
+
+# A class that says where its instances' state lives besides ``__dict__``.
+_OWN_STATE = ("__slots__", "__getstate__", "__setstate__", "__reduce__", "__reduce_ex__")
+
+
+def _plain_instance(kind: type) -> bool:
+    """Whether ``kind``'s instances are their ``__dict__`` alone: every class on the way to
+    ``object`` written in Python, none with slots or rules of its own for its state."""
+    for klass in kind.__mro__[:-1]:
+        own = vars(klass)
+        if not klass.__flags__ & _HEAPTYPE or any(key in own for key in _OWN_STATE):
+            return False
+    return kind.__mro__[-1] is object
+
+
+_HEAPTYPE = 1 << 9
 
 
 def _relabel(tree: Any, late: dict[int, int]) -> None:
@@ -920,6 +981,8 @@ _DECODE: dict[str, Callable[[Decoder, Any], Any]] = {
     "j": _de_resolved("j"),
     "k": _de_resolved("k"),
     "q": _de_resolved("q"),
+    "pc": _de_resolved("pc"),
+    "nan": lambda _d, payload: math.nan if payload == 1 else float("nan"),
     "od": _de_ordered,
     "ct": _de_counter,
     "dd": _de_default,
@@ -1095,6 +1158,56 @@ def class_name(cls: type) -> list[Any]:
     """``[module, qualname]`` of a standard-library class, else ``[None, name]``."""
     name = qualified_name(cls)
     return name if name is not None else [None, str(type.__dict__["__name__"].__get__(cls))[:100]]
+
+
+# --------------------------------------------------------------------------- warning filters
+
+_FILTER_ACTIONS = frozenset({"error", "ignore", "always", "default", "module", "once"})
+
+
+def filter_node(entry: Any) -> Any:
+    """One ``warnings.filters`` entry as ``[action, message, category, module, lineno]``:
+    each pattern as ``[text, flags]`` or None, the category as :func:`class_name` says it."""
+    action, message, category, module, lineno = entry
+
+    def pattern(value: Any) -> Any:
+        if value is None:
+            return None
+        return [str(getattr(value, "pattern", value)), int(getattr(value, "flags", 0))]
+
+    return [str(action), pattern(message), class_name(category), pattern(module), int(lineno)]
+
+
+def rebuild_filter(node: Any, find_class: Callable[[str, str], Any]) -> Any:
+    """The filter ``node`` describes, or None where its category is one this side cannot
+    have (no warning here can then match it: leaving it out changes nothing)."""
+    if type(node) is not list or len(node) != 5 or node[0] not in _FILTER_ACTIONS:
+        raise ProtocolError("malformed warning filter")
+    category = node[2]
+    if type(category) is not list or len(category) != 2 or category[0] is None:
+        return None
+    try:
+        cls = find_class(str(category[0]), str(category[1]))
+    except Exception:  # noqa: BLE001 - a class this side does not have
+        return None
+    if not (isinstance(cls, type) and issubclass(cls, Warning)) or type(node[4]) is not int:
+        return None if isinstance(cls, type) else _malformed_filter()
+
+    def pattern(value: Any) -> Any:
+        if value is None:
+            return None
+        if type(value) is not list or len(value) != 2 or type(value[0]) is not str:
+            return _malformed_filter()
+        try:
+            return re.compile(value[0], int(value[1]))
+        except (re.error, ValueError, TypeError, OverflowError):
+            return _malformed_filter()
+
+    return (node[0], pattern(node[1]), cls, pattern(node[3]), node[4])
+
+
+def _malformed_filter() -> Any:
+    raise ProtocolError("malformed warning filter")
 
 
 # --------------------------------------------------------------------------- exceptions
@@ -1662,6 +1775,10 @@ class Endpoint:
         # sample its own objects (with their contents when last in step), for the judge
         # its copies; see the sample's ``finish_reply``.
         self.kept: dict[int, tuple[Any, Any]] = {}
+        # The problem's classes this side has a faithful copy of: name -> class, and
+        # id(class) -> name (see Encoder._problem_instance).
+        self.problem_classes: dict[str, type] = {}
+        self.class_names: dict[int, str] = {}
         self._decoder = Decoder(self.resolve)
         self._scan_tagged = json.JSONDecoder(object_hook=self._decoder).scan_once  # type: ignore[attr-defined]
 
@@ -1688,6 +1805,35 @@ class Endpoint:
     ) -> dict[str, Any]:
         """The reply to send, given the request's objects (``memo``); this side's additions."""
         return reply
+
+    def encoder(self, **options: Any) -> Encoder:
+        """An encoder for a message of this side's."""
+        return Encoder(self.make_ref, classes=self.class_names, **options)
+
+    def set_problem_classes(self, classes: dict[str, type]) -> None:
+        self.problem_classes = dict(classes)
+        self.class_names = {id(cls): name for name, cls in classes.items()}
+
+    def problem_instance(self, payload: list[Any]) -> Any:
+        """A ``pc`` node: the instance rebuilt with this side's copy of the problem's class,
+        or, where this side has none, the peer's reference that travelled with it."""
+        if len(payload) not in (3, 4) or type(payload[0]) is not str or payload[1] not in (0, 1):
+            raise ProtocolError("malformed instance")
+        cls = self.problem_classes.get(payload[0])
+        if payload[1] == 0:
+            if cls is None or type(payload[2]) is not str:
+                raise ProtocolError("an enum member of a class this side does not have")
+            try:
+                return cls[payload[2]]  # type: ignore[index]
+            except (KeyError, TypeError):
+                raise ProtocolError("an enum member the class does not have") from None
+        if len(payload) != 4 or type(payload[2]) is not dict:
+            raise ProtocolError("malformed instance")
+        if cls is None or not _plain_instance(cls):
+            return payload[3]
+        instance: Any = object.__new__(cls)
+        object.__setattr__(instance, "__dict__", payload[2])
+        return instance
 
     def kept_ids(self) -> dict[int, int]:
         """``id()`` -> number of the objects in ``kept`` (sent as ``k``: the peer's same copy)."""
@@ -1769,7 +1915,7 @@ class Endpoint:
         the labels of what was sent (the objects the reply may name as ``"a"``).
         """
         with self._lock:
-            encoder = Encoder(self.make_ref, label_all=True, kept=self.kept_ids())
+            encoder = self.encoder(label_all=True, kept=self.kept_ids())
             with raised_recursion_limit():
                 payload = self.dump(encoder, build(encoder))
             self.send(payload)
@@ -1791,7 +1937,7 @@ class Endpoint:
         try:
             before = snapshot(memo) if memo else []
             known = {id(obj): label for label, obj in memo.items()} if memo else None
-            encoder = Encoder(self.make_ref, known, kept=self.kept_ids())
+            encoder = self.encoder(known=known, kept=self.kept_ids())
             failed: BaseException | None = None
             extra: dict[str, Any] | None = None
             try:
