@@ -30,7 +30,6 @@ from typing import TYPE_CHECKING, Any, Literal
 import click
 
 from evalsweep.errors import ConfigError
-from evalsweep.models import backend_help
 
 if TYPE_CHECKING:
     from evalsweep.engine import SweepSpec
@@ -125,8 +124,9 @@ OPTIONS: tuple[Option, ...] = (
     _o("num_fewshot", "--num-fewshot", "int", None, "Few-shot examples (default: the "
        "task's, 5).", "spec", agent="num_fewshot", minimum=0, agent_maximum=100,
        agent_help="Few-shot examples per prompt (default: each task's own)"),
-    _o("backend", "--backend", "text", "hf", f"Model backend: {backend_help()} or one an "
-       "installed package adds (`evalsweep backends`).", "spec", show_default=True),
+    _o("backend", "--backend", "text", "hf", "Model backend: one that `evalsweep "
+       "backends` lists (evalsweep's own or an installed package's).", "spec",
+       show_default=True),
     _o("device", "--device", "text", "auto", "cpu, cuda, cuda:N or auto.", "backend",
        show_default=True, pattern=r"auto|cpu|cuda|cuda:[0-9]{1,3}",
        pattern_help="auto, cpu, cuda or cuda:N", agent="gpu",

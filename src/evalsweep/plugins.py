@@ -273,11 +273,21 @@ def _by_name(entry: Entry) -> str:
     return entry.name
 
 
-def describe_loaded(registry: Registry, name: str) -> str:
-    """The first line of the docstring of what ``name`` loads ("" when it does not load)."""
-    try:
-        value = registry.load(name)
-    except EvalsweepError:
-        return ""
-    doc = (getattr(value, "__doc__", None) or "").strip().splitlines()
-    return doc[0] if doc else ""
+def listing(registry: Registry) -> list[dict[str, Any]]:
+    """Every entry of ``registry`` as a row for ``evalsweep tasks``/``backends``/``targets
+    --kinds``: built-ins as declared (nothing imported), each package's entry loaded, its
+    description the first line of its object's docstring, or ``error`` when it does not load.
+    """
+    rows: list[dict[str, Any]] = []
+    for entry in registry.entries():
+        row = {**entry.as_dict(), "error": None}
+        if not entry.builtin:
+            try:
+                value = registry.load(entry.name)
+            except EvalsweepError as exc:
+                row["error"] = str(exc)
+            else:
+                doc = (getattr(value, "__doc__", None) or "").strip().splitlines()
+                row["description"] = doc[0] if doc else ""
+        rows.append(row)
+    return rows

@@ -32,9 +32,11 @@ def _vllm(checkpoint: ResolvedCheckpoint, options: BackendOptions) -> Backend:
 #: evalsweep's own, one line each (imported when first used); installed packages' through
 #: the entry point group ``evalsweep.backends``.
 BACKENDS = Registry("backend", "evalsweep.backends", BackendError)
-BACKENDS.add("hf", "evalsweep.models.hf:HFBackend", "transformers")
-BACKENDS.add("vllm", _vllm, "in process")
-BACKENDS.add("openai", "evalsweep.models.openai:OpenAIBackend", "a server's /v1 API")
+BACKENDS.add("hf", "evalsweep.models.hf:HFBackend", "transformers, in process")
+BACKENDS.add("vllm", _vllm, "vLLM, in process")
+BACKENDS.add(
+    "openai", "evalsweep.models.openai:OpenAIBackend", "an OpenAI-compatible server's /v1 API"
+)
 
 
 def load_backend(name: str, checkpoint: ResolvedCheckpoint, options: BackendOptions) -> Backend:
@@ -55,17 +57,11 @@ def load_backend(name: str, checkpoint: ResolvedCheckpoint, options: BackendOpti
     return backend  # type: ignore[no-any-return]
 
 
-def backend_help() -> str:
-    """evalsweep's own backends in words, for ``--backend``'s help."""
-    return ", ".join(f"{e.name} ({e.description})" for e in BACKENDS.builtin_entries())
-
-
 __all__ = [
     "BACKENDS",
     "DTYPES",
     "Backend",
     "BackendOptions",
     "ProgressCallback",
-    "backend_help",
     "load_backend",
 ]
