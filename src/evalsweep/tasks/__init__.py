@@ -178,7 +178,10 @@ def code_task_class(name: str) -> type[CodeTask] | None:
     name (a task file, a task that is not a registered class deriving :class:`CodeTask`)."""
     if is_task_file(name):
         return None
-    if not TASKS.builtin(name) and (find_task_file(name) is not None or name not in TASKS):
+    if builtin_task(name):  # no package is looked at for evalsweep's own names
+        if not TASKS.builtin(name):
+            return None
+    elif find_task_file(name) is not None or name not in TASKS:
         return None  # as get_task: a task folder's file before an installed package's task
     factory = TASKS[name]
     return factory if isinstance(factory, type) and issubclass(factory, CodeTask) else None
