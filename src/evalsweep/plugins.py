@@ -236,7 +236,7 @@ class Registry(Mapping[str, Any]):
         from importlib.metadata import entry_points
 
         found: dict[str, Entry] = {}
-        points = sorted(entry_points(group=self.group), key=lambda p: (p.name, p.value))
+        points = sorted(entry_points(group=self.group), key=_point_order)
         for point in points:
             dist = getattr(point, "dist", None)
             name = dist.metadata["Name"] if dist is not None else None
@@ -267,6 +267,12 @@ class Registry(Mapping[str, Any]):
                 found[point.name] = entry
         self._plugins = found
         return found
+
+
+def _point_order(point: Any) -> tuple[str, str, str]:
+    """Entry points by name, then package name: the first package keeps a name."""
+    dist = getattr(point, "dist", None)
+    return point.name, (dist.metadata["Name"] or "") if dist is not None else "", point.value
 
 
 def _by_name(entry: Entry) -> str:
