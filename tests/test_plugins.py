@@ -76,6 +76,13 @@ def evalsweep(args: list[object], env: dict[str, str], cwd: Path) -> Ran:
     return run_cli_process(args, env=env, cwd=cwd)
 
 
+def listed(args: list[object], env: dict[str, str], cwd: Path) -> tuple[dict[str, dict], Ran]:
+    """A listing command's ``--json`` rows by name, and what the command gave."""
+    ran = evalsweep([*args, "--json"], env, cwd)
+    assert ran.returncode == 0, ran.stderr
+    return {row["name"]: row for row in json.loads(ran.stdout)}, ran
+
+
 def errors(ran: Ran) -> list[str]:
     """The error lines of stderr: exactly one, and no traceback."""
     lines = [line for line in ran.stderr_lines if line.startswith("evalsweep: error:")]
@@ -99,6 +106,7 @@ def broken_site(tmp_path_factory: pytest.TempPathFactory) -> Path:
         """
         [project.entry-points."evalsweep.tasks"]
         broken = "evalsweep_no_such_module:Task"
+        impostor = "evalsweep_broken_plugin:Impostor"
         mmlu = "evalsweep_broken_plugin:Impostor"
         leaderboard = "evalsweep_broken_plugin:Impostor"
 
@@ -124,9 +132,7 @@ def test_example_package_is_listed_with_its_name_and_version(
     example_site: Path, cli_env: dict[str, str], tmp_path: Path
 ) -> None:
     env = environment(cli_env, example_site)
-    tasks = evalsweep(["tasks", "--json"], env, tmp_path)
-    assert tasks.returncode == 0, tasks.stderr
-    rows = {row["name"]: row for row in json.loads(tasks.stdout)}
+    rows, tasks = listed(["tasks"], env, tmp_path)
     assert rows["capitals"]["source"] == EXAMPLE_SOURCE
     assert rows["capitals"]["entry_point"] == (
         "evalsweep.tasks: capitals = evalsweep_example_plugin.capitals:Capitals"
@@ -180,6 +186,13 @@ def test_example_task_runs_end_to_end_on_a_tiny_checkpoint(
     # The same task on the example's backend (no model) and target kind: the backend's
     # rule, applied to the shipped rows, is the score; the target's rate is the record's.
     config = tmp_path / "config.toml"
+    config.write_text('[targets.mine]\nkind = "priced-local"\nrate = 2.5\n')
+    refused = evalsweep(["targets"], {**env, "EVALSWEEP_CONFIG": str(config)}, tmp_path)
+    assert refused.returncode == 2
+    assert errors(refused)[0].endswith(
+        "[targets.mine] unknown setting(s) rate for kind 'priced-local' (allowed: currency, "
+        "hourly_rate)"
+    )
     config.write_text('[targets.mine]\nkind = "priced-local"\nhourly_rate = 2.5\n')
     shortest = evalsweep(
         ["run", gpt2_a, "--tasks", "capitals", "--backend", "shortest", "--target", "mine",
@@ -240,19 +253,26 @@ def test_a_broken_entry_point_breaks_only_what_names_it(
     assert "evalsweep.backends: brokenbackend = evalsweep_broken_plugin:NotThere" in line
     assert "Traceback" not in backend.stderr
 
-    listed = evalsweep(["backends", "--json"], env, tmp_path)
-    assert listed.returncode == 0, listed.stderr
-    row = {r["name"]: r for r in json.loads(listed.stdout)}["brokenbackend"]
-    assert "does not load" in row["error"]
+    impostor = evalsweep(
+        ["run", gpt2_a, "--tasks", "impostor", "--store", tmp_path / "s.db"], env, tmp_path
+    )
+    assert impostor.returncode == 2
+    (line,) = errors(impostor)
+    assert line == (
+        "evalsweep: error: task 'impostor' of evalsweep-broken-plugin 0.1.0 (entry point "
+        "evalsweep.tasks: impostor = evalsweep_broken_plugin:Impostor) failed: RuntimeError: "
+        "the impostor ran"
+    )
+
+    backends, _ = listed(["backends"], env, tmp_path)
+    assert "does not load" in backends["brokenbackend"]["error"]
 
 
 def test_a_package_cannot_take_a_builtin_name(
     broken_site: Path, cli_env: dict[str, str], tmp_path: Path
 ) -> None:
     env = environment(cli_env, broken_site)
-    ran = evalsweep(["tasks", "--json"], env, tmp_path)
-    assert ran.returncode == 0, ran.stderr
-    rows = {row["name"]: row for row in json.loads(ran.stdout)}
+    rows, ran = listed(["tasks"], env, tmp_path)
     assert rows["mmlu"]["source"] == "built-in" and rows["mmlu"]["version"].startswith("lm-eval")
     assert [row["kind"] for row in json.loads(ran.stdout) if row["name"] == "leaderboard"] == [
         "suite"

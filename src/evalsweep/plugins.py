@@ -205,6 +205,29 @@ class Registry(Mapping[str, Any]):
             f"failed: {_first_line(exc)}"
         )
 
+    def make(self, key: str, made: type, /, *args: Any, **kwargs: Any) -> Any:
+        """Call what ``key`` registers with ``args``; a package's object that raises, or
+        makes what is not a ``made``, is one line naming its entry point and package.
+
+        Raises:
+            KeyError: no such name.
+            EvalsweepError: (the registry's ``error``) as said; an ``EvalsweepError`` the
+                object raises itself passes unchanged.
+        """
+        factory = self.load(key)
+        if self.builtin(key):
+            return factory(*args, **kwargs)
+        try:
+            value = factory(*args, **kwargs)
+        except EvalsweepError:
+            raise
+        except Exception as exc:
+            raise self.failure(key, exc) from None
+        if not isinstance(value, made):
+            kind = f"made a {type(value).__name__}, not a {made.__name__}"
+            raise self.failure(key, TypeError(kind))
+        return value
+
     # -- Mapping ---------------------------------------------------------------------------
 
     def __getitem__(self, name: str) -> Any:

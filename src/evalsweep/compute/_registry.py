@@ -42,7 +42,7 @@ from urllib.parse import urlsplit
 from evalsweep.compute._base import LocalTarget, Target
 from evalsweep.compute._kinds import TARGET_KINDS
 from evalsweep.config import config_path, load_config, section
-from evalsweep.errors import ConfigError, EvalsweepError, TargetError
+from evalsweep.errors import ConfigError, TargetError
 from evalsweep.store import Store
 
 
@@ -107,17 +107,7 @@ def make_target(name: str, table: dict[str, Any], store: Store | None = None) ->
         raise ConfigError(f"{config_path()}: [targets.{name}] needs {needs}")
     if takes_store:
         options["store"] = store
-    if TARGET_KINDS.builtin(kind):
-        built: Target = target_class(name=name, **options)
-        return built
-    try:
-        target = target_class(name=name, **options)
-    except EvalsweepError:
-        raise
-    except Exception as exc:
-        raise TARGET_KINDS.failure(kind, exc) from None
-    if not isinstance(target, Target):
-        raise TARGET_KINDS.failure(kind, TypeError(f"made a {type(target).__name__}, not a Target"))
+    target: Target = TARGET_KINDS.make(kind, Target, name=name, **options)
     return target
 
 

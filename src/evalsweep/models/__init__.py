@@ -12,7 +12,7 @@ an installed package adds its own through the entry point group
 from __future__ import annotations
 
 from evalsweep.checkpoints import ResolvedCheckpoint
-from evalsweep.errors import BackendError, EvalsweepError
+from evalsweep.errors import BackendError
 from evalsweep.models._base import DTYPES, Backend, BackendOptions, ProgressCallback
 from evalsweep.plugins import Registry
 
@@ -43,18 +43,7 @@ def load_backend(name: str, checkpoint: ResolvedCheckpoint, options: BackendOpti
     """Load ``checkpoint`` on backend ``name``."""
     if name not in BACKENDS:
         raise BackendError(f"unknown backend {name!r} (known backends: {', '.join(BACKENDS)})")
-    factory = BACKENDS[name]
-    if BACKENDS.builtin(name):
-        return factory(checkpoint, options)  # type: ignore[no-any-return]
-    try:
-        backend = factory(checkpoint, options)
-    except EvalsweepError:
-        raise
-    except Exception as exc:
-        raise BACKENDS.failure(name, exc) from None
-    if not isinstance(backend, Backend):
-        raise BACKENDS.failure(name, TypeError(f"made a {type(backend).__name__}, not a Backend"))
-    return backend  # type: ignore[no-any-return]
+    return BACKENDS.make(name, Backend, checkpoint, options)  # type: ignore[no-any-return]
 
 
 __all__ = [

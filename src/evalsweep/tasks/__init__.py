@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from evalsweep.errors import EvalsweepError, TaskError
+from evalsweep.errors import TaskError
 from evalsweep.plugins import Registry
 from evalsweep.tasks._base import (
     AggregateScore,
@@ -133,27 +133,13 @@ def get_task(name: str) -> Task:
     if found is not None:
         return load_task_file(found)
     if name in TASKS:
-        return _plugin_task(name)
+        return TASKS.make(name, Task)  # type: ignore[no-any-return]
     known = (
         ", ".join(sorted(TASKS))
         + ", mmlu_<subject>, bbh_<subtask>, or a task file (.yaml/.toml); suites: "
         + ", ".join(sorted(SUITES))
     )
     raise TaskError(f"unknown task {name!r} (known tasks: {known})")
-
-
-def _plugin_task(name: str) -> Task:
-    """The task an installed package registers as ``name``; one line when it fails."""
-    factory = TASKS[name]
-    try:
-        task = factory()
-    except EvalsweepError:
-        raise
-    except Exception as exc:
-        raise TASKS.failure(name, exc) from None
-    if not isinstance(task, Task):
-        raise TASKS.failure(name, TypeError(f"made a {type(task).__name__}, not a Task"))
-    return task
 
 
 def builtin_task(name: str) -> bool:
