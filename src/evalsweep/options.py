@@ -45,8 +45,6 @@ Lands = Literal["spec", "backend", "chat", "code", "job", "selection", "presenta
 #: ``batch`` (a number or ``auto``), ``ks`` (comma-separated whole numbers).
 Kind = Literal["text", "int", "float", "folder", "file", "flag", "switch", "batch", "ks"]
 
-CODE_TASKS = ("humaneval", "mbpp")
-
 
 @dataclass(frozen=True)
 class Option:
@@ -126,8 +124,9 @@ OPTIONS: tuple[Option, ...] = (
     _o("num_fewshot", "--num-fewshot", "int", None, "Few-shot examples (default: the "
        "task's, 5).", "spec", agent="num_fewshot", minimum=0, agent_maximum=100,
        agent_help="Few-shot examples per prompt (default: each task's own)"),
-    _o("backend", "--backend", "text", "hf", "Model backend: hf (transformers), vllm (in "
-       "process) or openai (a server's /v1 API).", "spec", show_default=True),
+    _o("backend", "--backend", "text", "hf", "Model backend: one that `evalsweep "
+       "backends` lists (evalsweep's own or an installed package's).", "spec",
+       show_default=True),
     _o("device", "--device", "text", "auto", "cpu, cuda, cuda:N or auto.", "backend",
        show_default=True, pattern=r"auto|cpu|cuda|cuda:[0-9]{1,3}",
        pattern_help="auto, cpu, cuda or cuda:N", agent="gpu",
@@ -430,14 +429,12 @@ class RunArguments:
 
 
 def _code_task(name: str, code: Mapping[str, Any]) -> Any:
-    """Code tasks take their sampling options; every other task is named as given."""
-    if name not in CODE_TASKS:
-        return name
-    from evalsweep.tasks.humaneval import HumanEval
-    from evalsweep.tasks.mbpp import MBPP
+    """Code tasks (:func:`evalsweep.tasks.code_task_class`) take their sampling options;
+    every other task is named as given."""
+    from evalsweep.tasks import code_task_class
 
-    task_class = HumanEval if name == "humaneval" else MBPP
-    return task_class(**code)
+    task_class = code_task_class(name)
+    return name if task_class is None else task_class(**code)
 
 
 def build_spec(checkpoints: Sequence[str], values: Mapping[str, Any]) -> SweepSpec:
@@ -486,16 +483,17 @@ def spec_values(spec: SweepSpec) -> dict[str, Any]:
         ConfigError: the spec cannot be said on a command line: a task given as an
             object other than a code task, or code tasks with different sampling.
     """
+    from evalsweep.tasks import code_task_class
     from evalsweep.tasks._code import CodeTask
 
     values: dict[str, Any] = {}
     code: dict[str, Any] | None = None
     for task in spec.tasks:
         if isinstance(task, str):
-            if task not in CODE_TASKS:
+            if code_task_class(task) is None:
                 continue
             task = _code_task(task, {})  # a code task named: its own default sampling
-        if not isinstance(task, CodeTask) or task.name not in CODE_TASKS:
+        if not isinstance(task, CodeTask) or code_task_class(task.name) is None:
             raise ConfigError(
                 f"task {task.name!r} is a Python object: name it (or its task file) to run it "
                 "elsewhere"

@@ -16,17 +16,29 @@ from evalsweep.cli._shared import (
     debug_option,
     json_option,
     open_existing_store,
+    show_extensions,
     store_option,
 )
 
 
 @main.command("targets")
+@click.option(
+    "--kinds",
+    is_flag=True,
+    help="List the kinds a [targets.NAME] table may name instead: evalsweep's own and "
+    "installed packages'.",
+)
 @json_option("Print the targets as JSON.")
 @no_color_option
 @debug_option
 @user_errors
-def targets_command(as_json: bool, debug: bool) -> None:
+def targets_command(kinds: bool, as_json: bool, debug: bool) -> None:
     """List where sweeps can run (--target NAME): kind, hardware and hourly rate."""
+    if kinds:
+        from evalsweep.compute._kinds import TARGET_KINDS
+
+        show_extensions(TARGET_KINDS, as_json)
+        return
     from evalsweep.compute import load_targets
     from evalsweep.report import render_targets
 

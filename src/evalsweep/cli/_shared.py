@@ -77,3 +77,23 @@ def expand_checkpoints(references: Sequence[str], values: Mapping[str, Any]) -> 
     for line in expansion.notes:
         note(line)
     return expansion
+
+
+def show_extensions(registry: Any, as_json: bool) -> None:
+    """The names of one kind of extension (``evalsweep backends``, ``targets --kinds``):
+    each with where it comes from, what it is, or why a package's does not load."""
+    import json
+
+    import click
+    from rich.text import Text
+
+    from evalsweep.cli._output import say
+    from evalsweep.plugins import listing
+
+    rows = listing(registry)
+    if as_json:
+        click.echo(json.dumps(rows, indent=2))
+        return
+    for row in rows:
+        what = row["error"] or row["description"]
+        say(Text.assemble((row["name"], "bold"), f"  {what} ({row['source']})"))

@@ -23,6 +23,7 @@ from evalsweep.cli._shared import (
     json_option,
     open_existing_store,
     selection_options,
+    show_extensions,
     store_option,
     stored_fewshot_option,
     subjects_option,
@@ -266,21 +267,28 @@ def report(
 @main.command("tasks")
 @json_option("Print as JSON.")
 def list_tasks_command(as_json: bool) -> None:
-    """List the benchmarks evalsweep can run, and the suites that name several at once."""
-    from evalsweep.tasks import get_task, list_suites, list_tasks
+    """List the benchmarks evalsweep can run (its own and installed packages'), and the
+    suites that name several at once."""
+    from evalsweep.errors import EvalsweepError
+    from evalsweep.tasks import TASKS, get_task, list_suites
 
     rows: list[dict[str, Any]] = []
-    for name in list_tasks():
-        task = get_task(name)
-        rows.append(
-            {
-                "name": name,
-                "kind": "task",
-                "version": task.version,
-                "num_fewshot": task.default_num_fewshot,
-                "metrics": [m.key for m in task.metrics],
-            }
-        )
+    for entry in sorted(TASKS.entries(), key=lambda e: e.name):
+        row: dict[str, Any] = {"name": entry.name, "kind": "task"}
+        try:
+            task = get_task(entry.name)
+        except EvalsweepError as exc:
+            if entry.builtin:
+                raise
+            row["error"] = str(exc)  # a package's task that does not load: listed, and why
+        else:
+            row.update(
+                version=task.version,
+                num_fewshot=task.default_num_fewshot,
+                metrics=[m.key for m in task.metrics],
+            )
+        row.update(source=entry.source, entry_point=entry.entry_point)
+        rows.append(row)
     suites: list[dict[str, Any]] = [
         {
             "name": suite.name,
@@ -294,14 +302,27 @@ def list_tasks_command(as_json: bool) -> None:
         click.echo(json.dumps(rows + suites, indent=2))
         return
     for row in rows:
+        if "error" in row:
+            say(Text.assemble((row["name"], "bold"), f"  ({row['source']}) {row['error']}"))
+            continue
         details = f"  {row['version']}, {row['num_fewshot']}-shot, metrics: "
-        say(Text.assemble((row["name"], "bold"), details + ", ".join(row["metrics"])))
+        details += ", ".join(row["metrics"]) + f" ({row['source']})"
+        say(Text.assemble((row["name"], "bold"), details))
     if suites:
         say("")
         say("suites (--tasks NAME runs these tasks at these few-shot counts):")
     for suite in suites:
         members = ", ".join(f"{t['name']} {t['num_fewshot']}-shot" for t in suite["tasks"])
         say(Text.assemble((suite["name"], "bold"), f"  {suite['description']}: {members}"))
+
+
+@main.command("backends")
+@json_option("Print as JSON.")
+def list_backends_command(as_json: bool) -> None:
+    """List the model backends (--backend NAME): evalsweep's own and installed packages'."""
+    from evalsweep.models import BACKENDS
+
+    show_extensions(BACKENDS, as_json)
 
 
 @main.command()

@@ -34,16 +34,16 @@ with the defaults.
 
 from __future__ import annotations
 
-from dataclasses import fields
+import inspect
+from dataclasses import MISSING, fields, is_dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
 from evalsweep.compute._base import LocalTarget, Target
+from evalsweep.compute._kinds import TARGET_KINDS
 from evalsweep.config import config_path, load_config, section
 from evalsweep.errors import ConfigError, TargetError
 from evalsweep.store import Store
-
-KINDS = ("local", "ssh", "skypilot", "ray")
 
 
 def load_targets(
@@ -84,31 +84,51 @@ def get_target(
 
 
 def make_target(name: str, table: dict[str, Any], store: Store | None = None) -> Target:
-    """Build a target from its configuration table (``kind`` says which)."""
-    from evalsweep.compute._ray import RayTarget
-    from evalsweep.compute._skypilot import SkyPilotTarget
-    from evalsweep.compute._ssh import SSHTarget
-
+    """Build a target from its configuration table (``kind`` says which: ``TARGET_KINDS``)."""
     options = dict(table)
     kind = options.pop("kind", None)
-    classes: dict[str, Any] = {"ssh": SSHTarget, "ray": RayTarget, "skypilot": SkyPilotTarget}
-    if kind == "local":
-        return LocalTarget()
-    if kind not in classes:
+    if not isinstance(kind, str) or kind not in TARGET_KINDS:
         raise ConfigError(
-            f"{config_path()}: [targets.{name}] kind must be one of {', '.join(KINDS)}, "
+            f"{config_path()}: [targets.{name}] kind must be one of {', '.join(TARGET_KINDS)}, "
             f"got {kind!r}"
         )
-    allowed = {f.name for f in fields(classes[kind]) if f.init} - {"name", "store", "kind"}
-    unknown = sorted(set(options) - allowed)
+    target_class = TARGET_KINDS[kind]
+    if target_class is LocalTarget:
+        return LocalTarget()
+    settings, required, takes_store = _settings(target_class)
+    unknown = sorted(set(options) - settings) if settings is not None else []
     if unknown:
         raise ConfigError(
             f"{config_path()}: [targets.{name}] unknown setting(s) {', '.join(unknown)} "
-            f"for kind {kind!r} (allowed: {', '.join(sorted(allowed))})"
+            f"for kind {kind!r} (allowed: {', '.join(sorted(settings or ()))})"
         )
-    if kind == "ssh" and "host" not in options:
-        raise ConfigError(f'{config_path()}: [targets.{name}] needs host = "user@host"')
-    if kind == "skypilot":
+    for missing in [each for each in required if each not in options]:
+        needs = TARGET_KINDS.entry(kind).details.get("needs", missing)
+        raise ConfigError(f"{config_path()}: [targets.{name}] needs {needs}")
+    if takes_store:
         options["store"] = store
-    target: Target = classes[kind](name=name, **options)
+    target: Target = TARGET_KINDS.make(kind, Target, name=name, **options)
     return target
+
+
+#: Init parameters a target class fills itself, never from a table.
+_OWN = frozenset({"name", "store", "kind"})
+
+
+def _settings(target_class: Any) -> tuple[set[str] | None, list[str], bool]:
+    """A target class's settings (``None``: any), the required ones, and whether it
+    takes the results store: a dataclass's init fields, else its signature's parameters."""
+    if is_dataclass(target_class):
+        init = [f for f in fields(target_class) if f.init]
+        required = [
+            f.name
+            for f in init
+            if f.name not in _OWN and f.default is MISSING and f.default_factory is MISSING
+        ]
+        return {f.name for f in init} - _OWN, required, any(f.name == "store" for f in init)
+    parameters = inspect.signature(target_class).parameters.values()
+    anything = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters)
+    named = [p for p in parameters if p.kind is not inspect.Parameter.VAR_KEYWORD]
+    required = [p.name for p in named if p.name not in _OWN and p.default is p.empty]
+    settings = None if anything else {p.name for p in named} - _OWN
+    return settings, required, any(p.name == "store" for p in named)

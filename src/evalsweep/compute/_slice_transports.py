@@ -18,10 +18,12 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from evalsweep.compute._distributed import SliceDied
+from evalsweep.compute._kinds import TARGET_KINDS
 from evalsweep.compute._runner import CommandRunner
 from evalsweep.compute._slices import NO_SANDBOX_EXIT, lines_of
 from evalsweep.compute._ssh import SSH_FAILED, SSHTarget, _ssh_messages
 from evalsweep.errors import TargetError
+from evalsweep.plugins import resolve
 
 SLICE_COMMAND = ("-m", "evalsweep", "code-eval-slice")
 
@@ -401,15 +403,20 @@ def _ray_slots(num_cpus: float, per_node: int) -> int:
 
 
 def make_transport(target: Any, runner: CommandRunner, slices_per_host: int) -> Any:
-    """The slice transport for a configured target (ssh or ray)."""
-    from evalsweep.compute._ray import RayTarget
-
-    if isinstance(target, SSHTarget):
-        return SSHSlices(target, runner, slices_per_host)
-    if isinstance(target, RayTarget):
-        return RaySlices(target, runner, slices_per_host)
-    kind = getattr(target, "kind", type(target).__name__)
+    """The slice transport of a configured target's kind (``TARGET_KINDS``: a built-in's
+    ``slices``, a package's class attribute ``slice_transport``)."""
+    transport = None
+    kind = getattr(target, "kind", None)
+    if isinstance(kind, str) and kind in TARGET_KINDS:
+        target_class = TARGET_KINDS[kind]
+        if isinstance(target, target_class):
+            named = TARGET_KINDS.entry(kind).details.get("slices")
+            transport = resolve(named) if named else getattr(target_class, "slice_transport", None)
+    if transport is not None:
+        return transport(target, runner, slices_per_host)
+    able = [entry.name for entry in TARGET_KINDS.builtin_entries() if entry.details.get("slices")]
+    named = ", ".join(able[:-1]) + " or " + able[-1] if len(able) > 1 else "".join(able)
     raise TargetError(
-        f"target {target.name} ({kind}) cannot judge code samples: use an ssh or ray target, "
-        "or local"
+        f"target {target.name} ({kind or type(target).__name__}) cannot judge code samples: "
+        f"use an {named} target, or local"
     )

@@ -1,16 +1,18 @@
 """Benchmarks: one module per family, each satisfying :class:`Task`.
 
 To add a benchmark, write a module with a class that satisfies the
-:class:`Task` protocol and register it in ``TASKS`` below.
+:class:`Task` protocol and register it in ``TASKS`` below (one line); an installed
+package adds its own through the entry point group ``evalsweep.tasks``
+(:mod:`evalsweep.plugins`, ``docs/extending.md``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from evalsweep.errors import TaskError
+from evalsweep.plugins import Registry
 from evalsweep.tasks._base import (
     AggregateScore,
     ChatPrompt,
@@ -24,6 +26,8 @@ from evalsweep.tasks._base import (
     TaskDefaults,
     Turn,
 )
+from evalsweep.tasks._choice import MultipleChoiceTask
+from evalsweep.tasks._code import CodeTask
 from evalsweep.tasks.arc import ARC
 from evalsweep.tasks.bbh import BBH
 from evalsweep.tasks.bbh import SUBTASKS as BBH_SUBTASKS
@@ -39,22 +43,23 @@ from evalsweep.tasks.piqa import PIQA
 from evalsweep.tasks.truthfulqa import TruthfulQA
 from evalsweep.tasks.winogrande import Winogrande
 
-TASKS: dict[str, Callable[[], Any]] = {
-    "mmlu": MMLU,
-    "gsm8k": GSM8K,
-    "humaneval": HumanEval,
-    "mbpp": MBPP,
-    "arc_easy": lambda: ARC("ARC-Easy"),
-    "arc_challenge": lambda: ARC("ARC-Challenge"),
-    "hellaswag": HellaSwag,
-    "truthfulqa_mc1": lambda: TruthfulQA("mc1"),
-    "truthfulqa_mc2": lambda: TruthfulQA("mc2"),
-    "winogrande": Winogrande,
-    "piqa": PIQA,
-    "boolq": BoolQ,
-    "bbh": lambda: BBH("cot"),
-    "bbh_fewshot": lambda: BBH("plain"),
-}
+#: Every task by name: a function (or class) of no arguments that makes it. evalsweep's
+#: own, one line each; installed packages' through the entry point group ``evalsweep.tasks``.
+TASKS = Registry("task", "evalsweep.tasks", TaskError, reserved=lambda name: builtin_task(name))
+TASKS.add("mmlu", MMLU)
+TASKS.add("gsm8k", GSM8K)
+TASKS.add("humaneval", HumanEval)
+TASKS.add("mbpp", MBPP)
+TASKS.add("arc_easy", lambda: ARC("ARC-Easy"))
+TASKS.add("arc_challenge", lambda: ARC("ARC-Challenge"))
+TASKS.add("hellaswag", HellaSwag)
+TASKS.add("truthfulqa_mc1", lambda: TruthfulQA("mc1"))
+TASKS.add("truthfulqa_mc2", lambda: TruthfulQA("mc2"))
+TASKS.add("winogrande", Winogrande)
+TASKS.add("piqa", PIQA)
+TASKS.add("boolq", BoolQ)
+TASKS.add("bbh", lambda: BBH("cot"))
+TASKS.add("bbh_fewshot", lambda: BBH("plain"))
 
 
 @dataclass(frozen=True)
@@ -122,11 +127,13 @@ def get_task(name: str) -> Task:
         return BBH("cot", subtasks=[name[4:]], name=name)
     if is_task_file(name):
         return load_task_file(name)
-    if name in TASKS:
+    if TASKS.builtin(name):
         return TASKS[name]()  # type: ignore[no-any-return]
     found = find_task_file(name)
     if found is not None:
         return load_task_file(found)
+    if name in TASKS:
+        return TASKS.make(name, Task)  # type: ignore[no-any-return]
     known = (
         ", ".join(sorted(TASKS))
         + ", mmlu_<subject>, bbh_<subtask>, or a task file (.yaml/.toml); suites: "
@@ -137,9 +144,9 @@ def get_task(name: str) -> Task:
 
 def builtin_task(name: str) -> bool:
     """``name`` is one of evalsweep's own tasks (an MMLU subject, a BBH subtask) or suites,
-    never a task file."""
+    never a task file nor an installed package's."""
     return (
-        name in TASKS
+        TASKS.builtin(name)
         or name in SUITES
         or (name.startswith("mmlu_") and name[5:] in SUBJECTS)
         or (name.startswith("bbh_") and name[4:] in BBH_SUBTASKS)
@@ -147,7 +154,23 @@ def builtin_task(name: str) -> bool:
 
 
 def list_tasks() -> list[str]:
-    return sorted(TASKS)
+    """evalsweep's own tasks, by name (``TASKS`` also has the installed packages')."""
+    return sorted(TASKS.builtin_names())
+
+
+def code_task_class(name: str) -> type[CodeTask] | None:
+    """The class of the code task ``name`` (it takes the code tasks' sampling options:
+    ``--samples-per-problem``, ``--temperature``, ``--k``), or ``None`` for any other
+    name (a task file, a task that is not a registered class deriving :class:`CodeTask`)."""
+    if is_task_file(name):
+        return None
+    if builtin_task(name):  # no package is looked at for evalsweep's own names
+        if not TASKS.builtin(name):
+            return None
+    elif find_task_file(name) is not None or name not in TASKS:
+        return None  # as get_task: a task folder's file before an installed package's task
+    factory = TASKS[name]
+    return factory if isinstance(factory, type) and issubclass(factory, CodeTask) else None
 
 
 def list_suites() -> list[Suite]:
@@ -161,6 +184,7 @@ __all__ = [
     "Document",
     "ImportedTask",
     "MetricSpec",
+    "MultipleChoiceTask",
     "PreparedDocument",
     "ScoredDocument",
     "Task",
@@ -168,7 +192,9 @@ __all__ = [
     "TaskDefaults",
     "Turn",
     "SUBJECTS",
+    "TASKS",
     "builtin_task",
+    "code_task_class",
     "SUITES",
     "Suite",
     "expand_suites",
