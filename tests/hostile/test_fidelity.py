@@ -82,6 +82,17 @@ COLOR = (
     + "\n\n"
 )
 
+LIST_NODE = (
+    _d("""
+    class ListNode:
+        def __init__(self, val=0, next=None):
+            self.val = val
+            self.next = next
+""")
+    + "\n\n"
+)
+RECORD = "from collections import namedtuple\n\nP = namedtuple('P', 'x y')\n\n\n"
+
 CASES: tuple[Case, ...] = (
     # -- order -----------------------------------------------------------------------------
     Case(
@@ -617,6 +628,38 @@ CASES: tuple[Case, ...] = (
         TREE + "def f(root):\n    return isinstance(root, Node)\n",
         "def check(candidate):\n    assert candidate(Node(1)) is True\n",
         prelude=TREE + "def f(root):\n    pass\n",
+    ),
+    Case(
+        "reverses_the_tests_linked_list_in_place",
+        LIST_NODE + "def f(head):\n    return head\n",
+        LIST_NODE
+        + "def f(head):\n    prev = None\n    while head:\n"
+        + "        head.next, prev, head = prev, head, head.next\n    return prev\n",
+        _d("""
+            def check(candidate):
+                head = ListNode(1, ListNode(2, ListNode(3)))
+                out, node = [], candidate(head)
+                while node:
+                    out.append(node.val)
+                    node = node.next
+                assert out == [3, 2, 1] and head.next is None
+        """),
+        prelude=LIST_NODE + "def f(head):\n    pass\n",
+    ),
+    Case(
+        "a_record_of_the_problems_namedtuple",
+        RECORD + "def f(x):\n    return (x, 2 * x)\n",
+        RECORD + "def f(x):\n    return P(x, 2 * x)\n",
+        "def check(candidate):\n    r = candidate(2)\n"
+        "    assert r == P(2, 4) and r.y == 4 and isinstance(r, P)\n",
+        prelude=RECORD + "def f(x):\n    pass\n",
+    ),
+    Case(
+        "a_list_the_program_extends_after_returning_it",
+        "CACHE = []\n\ndef f(x):\n    CACHE.append(x)\n    return list(CACHE)\n",
+        "CACHE = []\n\ndef f(x):\n    CACHE.append(x)\n    return CACHE\n",
+        "def check(candidate):\n    first = candidate(1)\n    candidate(2)\n"
+        "    assert first == [1, 2]\n",
     ),
     Case(
         "math_nan_in_a_list",

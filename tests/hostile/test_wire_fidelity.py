@@ -471,6 +471,60 @@ def test_the_sample_reads_only_public_attributes_of_the_tests_own_objects(
     assert status in ("unsupported", "error") and "AttributeError" in reason, (status, reason)
 
 
+_ASKS_THE_JUDGE = """
+import sys
+class _Liar:
+    def __eq__(self, other):
+        return True
+    __hash__ = None
+def f(*args):
+    module = sys.modules.get("_runtime.sample")
+    server = module._serving[0] if module is not None and module._serving else None
+    if server is None:  # the plain run: one process is fooled by the lying __eq__
+        return _Liar()
+    return ASK
+"""
+
+
+@pytest.mark.parametrize(
+    "ask",
+    [
+        # the judge's own type() makes a class whose __eq__ the program chose
+        "server.ask_judge(type, 'call', ('X', (object,), {'__eq__': type, '__hash__': None}),"
+        " {})()",
+        # the judge's repr() of the test's partial, to read its expected value
+        "eval(server.ask_judge(repr, 'call', (args[1],), {}).split('partial(')[1].split(',')[1]"
+        ".strip(' )'))",
+        # the judge's len() of a value the program sent
+        "server.ask_judge([1, 2], 'len', (), {})",
+    ],
+)
+def test_the_program_asks_the_judge_only_about_objects_the_test_gave_it(
+    service: ExecutionService, ask: str
+) -> None:
+    # Whatever the program names (a builtin, a value of its own), the judge runs nothing of
+    # the program's choice: only the test's own objects answer its requests.
+    program = _ASKS_THE_JUDGE.replace("ASK", ask)
+    body = (
+        "    check_it = functools.partial(lambda expected, got: got == expected, 42)\n"
+        "    assert candidate(1, check_it) == 2\n"
+    )
+    status, reason = _status(service, program, body, "import functools\n")
+    assert status == "unsupported" and "TypeError" in reason, (status, reason)
+
+
+def test_an_imported_class_is_not_the_tests_own(service: ExecutionService) -> None:
+    # ``from functools import partial`` binds the name in the test: a partial is still not an
+    # object of a class the test wrote, and its arguments (an expected value) stay unread.
+    program = "def f(n, verify):\n    return verify.args[0]\n"
+    body = (
+        "    v = partial(lambda expected, got: got == expected, 42)\n"
+        "    assert v(candidate(6, v))\n"
+    )
+    status, reason = _status(service, program, body, "from functools import partial\n")
+    assert status == "unsupported" and "AttributeError" in reason, (status, reason)
+
+
 def test_an_exception_class_whose_lineage_cannot_be_placed_is_unsupported(
     service: ExecutionService,
 ) -> None:

@@ -296,17 +296,6 @@ _MAX_RECURSION = 100_000  # the most a program may raise the recursion limit by,
 _WATCH_LIMIT = 1000
 
 
-def _with_watch(
-    build: Callable[[wire.Encoder], dict[str, Any]], names: dict[str, str]
-) -> Callable[[wire.Encoder], dict[str, Any]]:
-    def watched(encoder: wire.Encoder) -> dict[str, Any]:
-        message = build(encoder)
-        message["w"] = names
-        return message
-
-    return watched
-
-
 def _with_write_back(
     build: Callable[[wire.Encoder], dict[str, Any]], changed: list[tuple[int, Any]]
 ) -> Callable[[wire.Encoder], dict[str, Any]]:
@@ -363,6 +352,27 @@ _INNER_TYPES = (
     types.CodeType,
     types.CellType,
 )
+
+
+def written_here(cls: type, namespace: dict[str, Any]) -> bool:
+    """Whether ``cls`` is a class the problem's prelude or the test wrote: a Python class
+    made by their code (in one process they name no module: ``__module__`` is "builtins",
+    or "__main__" for a ``namedtuple``), bound in their namespace or with a function of
+    theirs. A class they import (``partial``, ``Fraction``) is not theirs."""
+    if not (
+        isinstance(cls, type)
+        and cls.__flags__ & _HEAPTYPE
+        and cls.__module__ in ("builtins", "__main__")
+        and getattr(builtins, cls.__name__, None) is not cls
+    ):
+        return False
+    if dict.get(namespace, cls.__name__) is cls:
+        return True
+    for value in vars(cls).values():
+        function = getattr(value, "__func__", value)
+        if getattr(function, "__globals__", None) is namespace:
+            return True
+    return False
 
 
 class SampleChannel(wire.Endpoint):
@@ -477,6 +487,10 @@ class SampleChannel(wire.Endpoint):
         if op not in _JUDGE_OPS:
             raise TypeError(f"the program may not {op!r} an object of the test")
         obj: Any = request.get("o")
+        if not self.lent_to_peer(obj):
+            # Only an object of the test's that it handed the program: never a builtin or
+            # a value the program sent (the judge would run the program's choice of code).
+            raise TypeError("the program may ask only about objects the test gave it")
         if op == "call":
             args, kwargs = request.get("a"), request.get("k")
             if type(args) is not list or type(kwargs) is not dict:
@@ -503,21 +517,8 @@ class SampleChannel(wire.Endpoint):
         return bool(obj)
 
     def _problem_class(self, obj: Any) -> bool:
-        """Whether ``obj``'s class is one the problem or the test defines (its code runs here)."""
-        namespace = self.namespace
-        cls = type(obj)
-        if namespace is None or getattr(builtins, cls.__name__, None) is cls:
-            return False
-        for klass in cls.__mro__:
-            if klass is object:
-                continue
-            if dict.get(namespace, klass.__name__) is klass:
-                return True
-            for value in vars(klass).values():
-                function = getattr(value, "__func__", value)
-                if getattr(function, "__globals__", None) is namespace:
-                    return True
-        return False
+        """Whether ``obj``'s class is one the problem or the test wrote (its code runs here)."""
+        return self.namespace is not None and written_here(type(obj), self.namespace)
 
     # -- requests the test makes
 
@@ -564,12 +565,15 @@ class SampleChannel(wire.Endpoint):
     def _exchange(self, build: Callable[[wire.Encoder], dict[str, Any]]) -> Any:
         # Copies the test changed since the last reply: in one process they are the
         # program's objects, so their new contents go first, written back in place there.
+        if self.watch is not None:
+            # The problem's names go first, in a request of their own: the sample needs them
+            # to read the values of the request that follows (instances of the problem's
+            # classes are rebuilt as its own copy's).
+            names, self.watch = self.watch, None
+            self._exchange(lambda encoder: {"op": "sync", "w": names})
         changed = [(n, obj) for n, (obj, before) in self.kept.items() if not wire.same(obj, before)]
         if changed:
             build = _with_write_back(build, changed)
-        if self.watch is not None:
-            build = _with_watch(build, self.watch)
-            self.watch = None
         try:
             reply, handed = self.exchange(build)
         except wire.PeerClosed:
@@ -607,6 +611,19 @@ class SampleChannel(wire.Endpoint):
             sys.setrecursionlimit(self._recursion_limit + pair[0])
             sys.set_int_max_str_digits(pair[1])
         self.check_random()
+        # Objects of the program's the test holds copies of, changed by the program since:
+        # in one process the test's copy is the object, so the copy takes the new contents.
+        updates = reply.get("kc")
+        if updates is not None:
+            if type(updates) is not list:
+                raise wire.ProtocolError("malformed kept changes")
+            for item in updates:
+                if type(item) is not list or len(item) != 2 or type(item[0]) is not int:
+                    raise wire.ProtocolError("malformed kept changes")
+                entry = self.kept.get(item[0])
+                if entry is None:
+                    raise wire.ProtocolError("a change to an object that is not kept")
+                wire.write_back(entry[0], item[1])
         for number in _int_list(reply.get("dropped")):
             self.kept.pop(number, None)
         for key, table in (("kept", self.reply_memo), ("kept_args", handed)):
@@ -884,9 +901,7 @@ def _run_test(spec: dict[str, Any], namespace: JudgeGlobals) -> None:
             {
                 name: value
                 for name, value in namespace._channel.watch_items(namespace)
-                if isinstance(value, type)
-                and value.__module__ == "builtins"
-                and value.__flags__ & _HEAPTYPE
+                if isinstance(value, type) and written_here(value, namespace)
             }
         )
     exec(spec["test"], namespace)

@@ -211,8 +211,10 @@ class _Server(wire.Endpoint):
         default argument, an argument it stored) shows in the test's copy, and
         a change the test makes shows in the program. An object that only this
         table still references can change no more and is dropped; a kept
-        object the program changed while serving a later request makes this
-        reply ``unsupported`` (the judge does the same for its copies).
+        object the program changed while serving a later request travels in
+        ``kc`` and the test's copy takes its new contents before the test goes
+        on. One changed while no request was served (the test was running) is
+        ``unsupported``: see ``serve_one``.
         """
         if reply.get("t") not in ("ok", "exc"):
             return reply
@@ -239,9 +241,17 @@ class _Server(wire.Endpoint):
                 return {"t": "unsupported", "msg": _CHANGED_NAME.format(shown)}
         handed = {id(obj) for obj in memo.values()}
         # Changes first: an object changed and then let go (by a thread that ended) was seen.
-        for obj, before in self.kept.values():
-            if id(obj) not in handed and not wire.same(obj, before):
-                return {"t": "unsupported", "msg": _CHANGED_LATER}
+        # The test's copy of each takes the new contents (in one process it is the object).
+        changes = [
+            [number, encoder.contents(obj)]
+            for number, (obj, before) in self.kept.items()
+            if id(obj) not in handed and not wire.same(obj, before)
+        ]
+        if changes:
+            reply["kc"] = changes
+            for number, _ in changes:
+                obj = self.kept[number][0]
+                self.kept[number] = (obj, wire.state(obj))
         dropped = self._drop_unreachable()
         kept = []
         for obj in wire.encoded_objects(encoder):
@@ -321,6 +331,13 @@ class _Server(wire.Endpoint):
             return  # the judge is done (or gone)
 
     def serve_one(self, request: dict[str, Any], memo: dict[int, Any]) -> None:
+        if self._nesting == 0 and any(
+            not wire.same(obj, before) for obj, before in self.kept.values()
+        ):
+            # No request of the judge's was being served: the test was running, and in one
+            # process it might have seen the change (a thread the program left running).
+            self.send(wire.dump_json({"t": "unsupported", "msg": _CHANGED_WHILE_TESTING}))
+            return
         self._shared_before = _shared_state()
         names = request.pop("w", None)
         if names is not None:
@@ -443,9 +460,9 @@ class _Server(wire.Endpoint):
         raise wire.ProtocolError(f"unexpected reply {kind!r}"[:100])
 
 
-_CHANGED_LATER = (
-    "the program changed an object the test holds from an earlier call (a list or dict it "
-    "returned or was given and kept): in one process the test would see the change"
+_CHANGED_WHILE_TESTING = (
+    "the program changed an object the test holds while the test was running (a thread it "
+    "left running): in one process the test may have seen the change"
 )
 
 _CHANGED_NAME = (

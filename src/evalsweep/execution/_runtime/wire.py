@@ -413,6 +413,11 @@ class Encoder:
         if enum is not None and isinstance(value, enum.Enum):
             member = getattr(value, "_name_", None)
             return {_TAG: "pc", "v": [name, 0, member]} if type(member) is str else None
+        if isinstance(value, tuple):  # the problem's namedtuple: its items
+            fields = namedtuple_fields(kind, tuple.__len__(value))
+            if fields is None:
+                return None
+            return {_TAG: "pc", "v": [name, 2, self._items(tuple.__iter__(value), depth)]}
         if not _plain_instance(kind):
             return None
         state = object.__getattribute__(value, "__dict__")
@@ -1817,9 +1822,16 @@ class Endpoint:
     def problem_instance(self, payload: list[Any]) -> Any:
         """A ``pc`` node: the instance rebuilt with this side's copy of the problem's class,
         or, where this side has none, the peer's reference that travelled with it."""
-        if len(payload) not in (3, 4) or type(payload[0]) is not str or payload[1] not in (0, 1):
+        if len(payload) not in (3, 4) or type(payload[0]) is not str or payload[1] not in (0, 1, 2):
             raise ProtocolError("malformed instance")
         cls = self.problem_classes.get(payload[0])
+        if payload[1] == 2:  # a record of the problem's namedtuple class
+            if len(payload) != 3 or type(payload[2]) is not list:
+                raise ProtocolError("malformed instance")
+            fields = None if cls is None else namedtuple_fields(cls, len(payload[2]))
+            if fields is None:
+                raise Unsupported(f"a record of {payload[0][:60]!r}, which this side lacks")
+            return tuple.__new__(cls, payload[2])  # type: ignore[arg-type]
         if payload[1] == 0:
             if cls is None or type(payload[2]) is not str:
                 raise ProtocolError("an enum member of a class this side does not have")
@@ -1865,6 +1877,11 @@ class Endpoint:
             self._lent[number] = obj
             self._lent_ids[id(obj)] = number
         return {_TAG: self.own_tag, "v": [number, type_name[:80], methods]}
+
+    def lent_to_peer(self, obj: Any) -> bool:
+        """Whether ``obj`` is one of the objects this side lent the peer."""
+        number = self._lent_ids.get(id(obj))
+        return number is not None and self._lent.get(number) is obj
 
     def lent(self, payload: list[Any]) -> Any:
         try:
