@@ -24,7 +24,8 @@ from evalsweep.report import (
     verdict_summary,
 )
 from evalsweep.report._summary import format_p
-from evalsweep.stats import GSM8K_LABEL_NOISE, Comparison, ScoreSet, compare_sweep
+from evalsweep.stats import Comparison, ScoreSet, compare_sweep
+from evalsweep.tasks.gsm8k import GSM8K
 
 BASE, CAND = "/ckpts/run/step-100", "/ckpts/run/step-300"
 
@@ -145,7 +146,8 @@ def test_gsm8k_differences_within_label_noise_carry_the_note() -> None:
     # the ±1.7-point band that disputed labels alone could move.
     doc = document({("gsm8k", None): [(5, 1, 0), (25, 0, 1), (900, 1, 1), (389, 0, 0)]})
     (c,) = doc.comparisons
-    assert c.verdict == "improvement" and abs(c.delta) <= GSM8K_LABEL_NOISE
+    assert c.verdict == "improvement" and GSM8K.label_noise is not None
+    assert abs(c.delta) <= GSM8K.label_noise.band
     lines = verdict_summary(doc)
     assert [line.kind for line in lines] == ["legend", "improvement", "note"]
     assert "label-noise band (±1.7 points)" in lines[2].text

@@ -13,8 +13,8 @@ from dataclasses import asdict, dataclass
 
 from evalsweep.engine import SweepResult
 from evalsweep.errors import ComparisonError
-from evalsweep.stats import Comparison, ScoreSet, compare_pairs, compare_sweep
-from evalsweep.tasks import Document
+from evalsweep.stats import Comparison, LabelNoise, ScoreSet, compare_pairs, compare_sweep
+from evalsweep.tasks import Document, facts_of
 
 
 def score_sets(result: SweepResult) -> list[ScoreSet]:
@@ -64,12 +64,23 @@ def pick_baseline(references: Sequence[str], baseline: str | None) -> str:
     return baseline
 
 
+def label_noise(result: SweepResult) -> LabelNoise:
+    """The label noise each task of the sweep declares (``Task.label_noise``), by name."""
+    found = {}
+    for name, run in result.task_runs.items():
+        noise = facts_of(run.task).label_noise
+        if noise is not None:
+            found[name] = (noise.benchmark, noise.band)
+    return found
+
+
 def compare_results(result: SweepResult, baseline: str | None = None) -> list[Comparison]:
     """Every candidate against the baseline, every task metric and MMLU subject."""
     references = [c.reference for c in result.checkpoints]
     if len(references) < 2:
         return []
-    return compare_sweep(score_sets(result), pick_baseline(references, baseline))
+    sets = score_sets(result)
+    return compare_sweep(sets, pick_baseline(references, baseline), label_noise=label_noise(result))
 
 
 def compare_run(
@@ -89,7 +100,9 @@ def compare_run(
         for before, after in zip(references, references[1:], strict=False)
         if before != chosen
     ]
-    rows = compare_pairs(score_sets(result), against_baseline + against_previous)
+    sets = score_sets(result)
+    pairs = against_baseline + against_previous
+    rows = compare_pairs(sets, pairs, label_noise=label_noise(result))
     return [c for c in rows if c.baseline == chosen], [c for c in rows if c.baseline != chosen]
 
 
@@ -103,7 +116,8 @@ def compare_best(
     references = [c.reference for c in result.checkpoints]
     wanted = set(rows)
     sets = [s for s in score_sets(result) if s.subject is None and (s.task, s.metric) in wanted]
-    return compare_pairs(sets, [(other, best) for other in references if other != best])
+    others = [(other, best) for other in references if other != best]
+    return compare_pairs(sets, others, label_noise=label_noise(result))
 
 
 def shown_question(task: object, doc: Document) -> str:

@@ -498,11 +498,10 @@ def _heat_hover(
 
 
 def _category(task: str, subject: str) -> str:
-    if not task.startswith("mmlu"):
-        return ""
-    from evalsweep.tasks.mmlu import CATEGORIES
+    """The subject's category, as its task declares (``Task.categories``)."""
+    from evalsweep.tasks import benchmark_facts
 
-    return CATEGORIES.get(subject, "")
+    return benchmark_facts(task).categories.get(subject, "")
 
 
 def _passk_section(view: _View, figures: _Figures, go: ModuleType) -> str:

@@ -6,8 +6,8 @@ summary says it: a legend for the marks, one line per significant result
 points with its 95% interval, the adjusted p-value and n, then how many
 comparisons showed no significant change and the smallest difference those
 samples could have detected (the MDE), so that "no change" is not read as "no
-difference". GSM8K differences within the benchmark's label-noise band carry
-the statistics' caution.
+difference". Differences within a benchmark's label-noise band (GSM8K's, as its
+task declares) carry the statistics' caution.
 
 :func:`verdict_summary` is the one place these lines are built; the terminal
 (:func:`render_summary`), the Markdown report and the MCP ``results_table`` text
@@ -92,7 +92,7 @@ def verdict_summary(document: ResultDocument) -> list[SummaryLine]:
                 f"adjusted p = {format_p(c.p_adjusted)}, n = {c.n}{test_label(c.test)}",
             )
         )
-        noise = label_noise_note(c.task, _number(c.delta, math.inf))
+        noise = _noise_note(c)
         if noise:
             lines.append(SummaryLine("note", f"  note: {noise}"))
     unchanged = [c for c in comparisons if c.verdict not in _MOVED]
@@ -114,7 +114,7 @@ def verdict_summary(document: ResultDocument) -> list[SummaryLine]:
             )
         )
         for c in unchanged:
-            noise = label_noise_note(c.task, _number(c.delta, math.inf))
+            noise = _noise_note(c)
             if noise:
                 lines.append(
                     SummaryLine(
@@ -199,3 +199,12 @@ def _number(value: Any, default: float) -> float:
 
 def _s(count: int) -> str:
     return "" if count == 1 else "s"
+
+
+def _noise_note(c: Any) -> str | None:
+    """The label-noise caution of a row, from what its task declares (``Task.label_noise``)."""
+    from evalsweep.tasks import benchmark_facts
+
+    noise = benchmark_facts(c.task).label_noise
+    shown = None if noise is None else (noise.benchmark, noise.band)
+    return label_noise_note(shown, _number(c.delta, math.inf))

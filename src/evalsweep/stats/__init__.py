@@ -14,9 +14,9 @@ from evalsweep.stats._passk import pass_at_k
 from evalsweep.stats._power import minimum_detectable_effect, questions_needed
 from evalsweep.stats._single import ScoreSummary, stratified_se, summarize_scores
 from evalsweep.stats._sweep import (
-    GSM8K_LABEL_NOISE,
     Comparison,
     FamilyScope,
+    LabelNoise,
     ScoreSet,
     compare_pairs,
     compare_sweep,
@@ -27,7 +27,7 @@ from evalsweep.stats._verdict import DEFAULT_ALPHA, Verdict, decide_verdict
 
 __all__ = [
     "DEFAULT_ALPHA",
-    "GSM8K_LABEL_NOISE",
+    "LabelNoise",
     "AdjustMethod",
     "Comparison",
     "FamilyScope",

@@ -22,9 +22,10 @@ from evalsweep.stats._adjust import adjust
 from evalsweep.stats._paired import PairedComparison, paired_compare
 from evalsweep.stats._verdict import DEFAULT_ALPHA, Verdict, decide_verdict
 
-GSM8K_LABEL_NOISE = 0.017
-"""Share of GSM8K problems with disputed labels (dataset card, Cobbe et al. App. A);
-on shared labels it can move a paired delta by at most about this much."""
+LabelNoise = Mapping[str, tuple[str, float]]
+"""Per task name, the benchmark's known label noise: (its name as a person reads it, the
+band within which disputed labels alone could move a paired difference). Tasks declare it
+(``Task.label_noise``); the caller passes it in."""
 
 FamilyScope = Literal["report", "candidate"]
 Family = tuple[str, ...]
@@ -177,32 +178,36 @@ def _compare_row(
         ) from None
 
 
-def label_noise_note(task: str, delta: float) -> str | None:
-    """The caution a GSM8K difference within the benchmark's label-noise band carries, or None.
+def label_noise_note(noise: tuple[str, float] | None, delta: float) -> str | None:
+    """The caution a difference within its benchmark's label-noise band carries, or None.
 
-    About 1.7% of GSM8K's problems have disputed labels; on shared labels they can
-    move a paired delta by up to about that much, so a smaller difference (even a
-    significant one) should be checked against the disputed problems.
+    ``noise`` is (benchmark, band): e.g. about 1.7% of GSM8K's problems have disputed
+    labels; on shared labels they can move a paired delta by up to about that much, so a
+    smaller difference (even a significant one) should be checked against them.
     """
     from evalsweep.report._numbers import size
 
-    if task.lower().startswith("gsm8k") and abs(delta) <= GSM8K_LABEL_NOISE:
+    if noise is not None and abs(delta) <= noise[1]:
         return (
-            f"within the GSM8K label-noise band (±{size(GSM8K_LABEL_NOISE)}): check whether the "
+            f"within the {noise[0]} label-noise band (±{size(noise[1])}): check whether the "
             "discordant items concentrate in disputed problems"
         )
     return None
 
 
 def _note(
-    task: str, delta: float, ci: tuple[float, float], verdict: Verdict, margin: float
+    noise: tuple[str, float] | None,
+    delta: float,
+    ci: tuple[float, float],
+    verdict: Verdict,
+    margin: float,
 ) -> str | None:
     from evalsweep.report._numbers import size
 
     notes = []
-    noise = label_noise_note(task, delta)
-    if noise:
-        notes.append(noise)
+    caution = label_noise_note(noise, delta)
+    if caution:
+        notes.append(caution)
     if verdict is Verdict.NO_SIGNIFICANT_CHANGE and (ci[0] < -margin or ci[1] > margin):
         notes.append(f"inconclusive: the CI reaches beyond ±{size(margin)}")
     return "; ".join(notes) or None
@@ -234,6 +239,7 @@ def compare_pairs(
     practical_margin: float = 0.01,
     subject_method: Literal["bh", "by"] = "bh",
     scope: FamilyScope = "report",
+    label_noise: LabelNoise | None = None,
 ) -> list[Comparison]:
     """Compare each ``(baseline, candidate)`` pair on every row both have, all pairs'
     rows under one multiplicity control (a training run: each checkpoint against the
@@ -254,6 +260,8 @@ def compare_pairs(
             report in one Holm family and all subject rows in one BH family;
             "candidate" uses one Holm family per candidate and one BH family per
             (candidate, task, metric).
+        label_noise: per task, its benchmark's label noise (:data:`LabelNoise`): a
+            difference within the band is noted.
 
     Returns:
         One :class:`Comparison` per paired row, candidates in order of first
@@ -324,7 +332,7 @@ def compare_pairs(
                 n=result.n,
                 mde=result.mde,
                 note=_note(
-                    row.task,
+                    (label_noise or {}).get(row.task),
                     result.delta,
                     (result.ci_low, result.ci_high),
                     verdict,

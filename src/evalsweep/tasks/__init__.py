@@ -8,16 +8,19 @@ package adds its own through the entry point group ``evalsweep.tasks``
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+import functools
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 
 from evalsweep.errors import TaskError
 from evalsweep.plugins import Registry
 from evalsweep.tasks._base import (
+    NO_CATEGORIES,
     AggregateScore,
     ChatPrompt,
     DataSource,
     Document,
+    LabelNoise,
     MetricSpec,
     PreparedDocument,
     ScoredDocument,
@@ -173,12 +176,54 @@ def code_task_class(name: str) -> type[CodeTask] | None:
     return factory if isinstance(factory, type) and issubclass(factory, CodeTask) else None
 
 
+@dataclass(frozen=True)
+class BenchmarkFacts:
+    """What a task declares of its benchmark (:class:`Task`'s optional members)."""
+
+    label_noise: LabelNoise | None = None
+    categories: Mapping[str, str] = field(default_factory=lambda: NO_CATEGORIES)
+
+
+@functools.lru_cache(maxsize=256)
+def benchmark_facts(name: str) -> BenchmarkFacts:
+    """What the task called ``name`` declares of its benchmark, for the statistics and
+    reports that hold only a stored task's name. A name that is no registered task (a task
+    file, results imported under another name, a package no longer installed, a package's
+    task that fails to load) declares nothing; a task file is never read for this."""
+    if builtin_task(name):
+        if name in SUITES:
+            return BenchmarkFacts()
+        task: object = get_task(name)
+    elif is_task_file(name) or find_task_file(name) is not None or name not in TASKS:
+        return BenchmarkFacts()
+    else:
+        try:
+            task = TASKS.make(name, Task)
+        except TaskError:
+            return BenchmarkFacts()
+    return facts_of(task)
+
+
+def facts_of(task: object) -> BenchmarkFacts:
+    """What ``task`` declares of its benchmark (members it lacks or gives wrongly: none)."""
+    noise = getattr(task, "label_noise", None)
+    categories = getattr(task, "categories", NO_CATEGORIES)
+    return BenchmarkFacts(
+        noise if isinstance(noise, LabelNoise) else None,
+        categories if isinstance(categories, Mapping) else NO_CATEGORIES,
+    )
+
+
 def list_suites() -> list[Suite]:
     return [SUITES[name] for name in sorted(SUITES)]
 
 
 __all__ = [
     "AggregateScore",
+    "BenchmarkFacts",
+    "LabelNoise",
+    "benchmark_facts",
+    "facts_of",
     "ChatPrompt",
     "DataSource",
     "Document",

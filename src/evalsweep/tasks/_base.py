@@ -10,9 +10,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any, Protocol, runtime_checkable
 
 from evalsweep.requests import LoglikelihoodResult, Request
+
+NO_CATEGORIES: Mapping[str, str] = MappingProxyType({})
 
 
 @dataclass(frozen=True)
@@ -110,7 +113,16 @@ class AggregateScore:
 
 @runtime_checkable
 class Task(Protocol):
-    """A benchmark family. One module in :mod:`evalsweep.tasks` implements it per family."""
+    """A benchmark family. One module in :mod:`evalsweep.tasks` implements it per family.
+
+    What the rest of evalsweep knows of a benchmark it learns here, never from its name.
+    Two members are optional (:class:`TaskDefaults` has them; a task without them has
+    neither, see :func:`evalsweep.tasks.benchmark_facts`):
+
+    - ``label_noise`` (:class:`LabelNoise` or None): the benchmark's disputed labels; a
+      paired difference within its band carries a caution in every comparison.
+    - ``categories`` (subject -> category): how the report groups its subjects.
+    """
 
     name: str
     version: str
@@ -149,10 +161,22 @@ class Task(Protocol):
         ...
 
 
+@dataclass(frozen=True)
+class LabelNoise:
+    """A benchmark's share of disputed labels: on shared labels they can move a paired
+    difference by up to about ``band``, so a smaller one should be checked against them."""
+
+    benchmark: str  # as a person names it ("GSM8K")
+    band: float
+
+
 class TaskDefaults:
-    """The :class:`Task` members most tasks share: rescored, no extra settings, nothing to close."""
+    """The :class:`Task` members most tasks share: rescored, no extra settings, nothing to
+    close, no known label noise, no subject categories."""
 
     rescore_stored: bool = True
+    label_noise: LabelNoise | None = None
+    categories: Mapping[str, str] = NO_CATEGORIES
 
     def extra_settings(self) -> Mapping[str, object]:
         return {}

@@ -24,6 +24,7 @@ from evalsweep.tasks._base import (
     ChatPrompt,
     DataSource,
     Document,
+    LabelNoise,
     MetricSpec,
     PreparedDocument,
     ScoredDocument,
@@ -78,6 +79,9 @@ class GSM8K(TaskDefaults):
     name = "gsm8k"
     version = "lm-eval gsm8k v3.0"
     default_num_fewshot = 5
+    #: About 1.7% of GSM8K's problems have disputed labels (dataset card, Cobbe et al.,
+    #: appendix A).
+    label_noise = LabelNoise("GSM8K", 0.017)
     metrics = (MetricSpec("exact_match,strict-match"), MetricSpec("exact_match,flexible-extract"))
 
     def load(self, source: DataSource, limit: int | None) -> TaskData:

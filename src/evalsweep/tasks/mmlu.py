@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 from evalsweep.errors import DataError, TaskError
@@ -92,6 +93,7 @@ class MMLU(TaskDefaults):
     name = "mmlu"
     version = "lm-eval mmlu v2 (subjects v1.0)"
     default_num_fewshot = 5
+    categories: Mapping[str, str] = MappingProxyType(CATEGORIES)
     metrics: tuple[MetricSpec, ...] = (MetricSpec("acc"),)
 
     def __init__(self, subjects: Sequence[str] = SUBJECTS, name: str = "mmlu") -> None:
