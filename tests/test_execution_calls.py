@@ -12,7 +12,7 @@ from evalsweep.execution import (
     ExecutionService,
     FunctionTest,
     Limits,
-    Verdict,
+    SampleVerdict,
 )
 
 
@@ -26,7 +26,7 @@ def _run(service: ExecutionService, program: str, test: str, entry: str = "f") -
     return service.run(ExecutionRequest(program, test=FunctionTest(test, entry)))
 
 
-def _verdict(service: ExecutionService, program: str, test: str, entry: str = "f") -> Verdict:
+def _verdict(service: ExecutionService, program: str, test: str, entry: str = "f") -> SampleVerdict:
     return _run(service, program, test, entry).verdict
 
 
@@ -38,7 +38,7 @@ def test_a_stateful_function_sees_the_calls_in_the_tests_order(service: Executio
         "    assert candidate(2) == [1, 2]\n"
         "    assert candidate(3) == [1, 2, 3]\n"
     )
-    assert _verdict(service, program, test) == Verdict("passed")
+    assert _verdict(service, program, test) == SampleVerdict("passed")
 
 
 @pytest.mark.parametrize(
@@ -75,7 +75,7 @@ def test_a_counter_counts_each_call_once_whatever_the_test_asks_between(
         "    return Box(count)\n"
     )
     test = f"def check(candidate):\n    for i in range(1, 6):\n        assert {use} == i\n"
-    assert _verdict(service, program, test) == Verdict("passed")
+    assert _verdict(service, program, test) == SampleVerdict("passed")
 
 
 def test_the_sample_sees_no_input_before_the_test_reaches_it(service: ExecutionService) -> None:
@@ -127,7 +127,7 @@ def test_one_message_per_request_the_test_makes(service: ExecutionService) -> No
         f"    assert candidate({i}) == {i + 1}\n" for i in range(7)
     )
     before = worker.messages_to_samples
-    assert _verdict(service, "def f(x):\n    return x + 1\n", test) == Verdict("passed")
+    assert _verdict(service, "def f(x):\n    return x + 1\n", test) == SampleVerdict("passed")
     # The entry point came with "ready"; one more message when the test ends (did the
     # program change anything since its last reply?).
     assert worker.messages_to_samples - before == 7 + 1
@@ -140,7 +140,7 @@ def test_generators_and_objects_stay_usable(service: ExecutionService) -> None:
         "    assert list(candidate(3)) == [0, 1, 4]\n"
         "    assert list(candidate(2)) == [0, 1]\n"
     )
-    assert _verdict(service, program, test) == Verdict("passed")
+    assert _verdict(service, program, test) == SampleVerdict("passed")
 
 
 def test_every_sample_of_a_problem_draws_the_same_random_inputs() -> None:

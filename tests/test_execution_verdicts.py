@@ -17,7 +17,7 @@ from evalsweep.execution import (
     ExecutionService,
     FunctionTest,
     Limits,
-    Verdict,
+    SampleVerdict,
 )
 
 ADD_TEST = FunctionTest("def check(candidate):\n    assert candidate(2, 3) == 5\n", "add")
@@ -39,7 +39,7 @@ def run(
 
 
 def test_a_correct_function_passes(service: ExecutionService) -> None:
-    assert run(service, "def add(a, b):\n    return a + b\n").verdict == Verdict("passed")
+    assert run(service, "def add(a, b):\n    return a + b\n").verdict == SampleVerdict("passed")
 
 
 def test_a_wrong_answer_fails_with_the_assertion(service: ExecutionService) -> None:
@@ -67,7 +67,7 @@ def test_a_test_that_does_not_compile_is_the_tests_error_not_the_samples(
 ) -> None:
     broken = FunctionTest("def check(candidate)\n    assert candidate(2, 3) == 5\n", "add")
     result = run(service, "def add(a, b):\n    return a + b\n", broken)
-    assert result.verdict == Verdict("error", "test", "the test code does not compile")
+    assert result.verdict == SampleVerdict("error", "test", "the test code does not compile")
     assert result.stderr == ""
 
 

@@ -18,9 +18,9 @@ from pydantic import Field
 
 from evalsweep.agent import _ledger as ledger
 from evalsweep.agent._approvals import check_gate, refuse
-from evalsweep.agent._models import ActionDone, QuoteOut
 from evalsweep.agent._quotes import GateError, create_quote, params_hash
 from evalsweep.agent._state import SPEND, WRITE, AgentState, ToolRegistrar
+from evalsweep.agent._tool_results import ActionDone, QuoteOut
 from evalsweep.errors import EvalsweepError, TargetError
 
 ACTIONS = ("deploy", "stop", "start", "terminate")

@@ -32,7 +32,11 @@ from evalsweep.agent._inputs import (
     check_id,
     check_sweep,
 )
-from evalsweep.agent._models import (
+from evalsweep.agent._options import check_bounds, with_agent_options
+from evalsweep.agent._quotes import GateError, create_quote, params_hash
+from evalsweep.agent._runs import expand_run
+from evalsweep.agent._state import READ, SPEND, WRITE, AgentState, ToolRegistrar
+from evalsweep.agent._tool_results import (
     Cancelled,
     JobList,
     JobStarted,
@@ -48,10 +52,6 @@ from evalsweep.agent._models import (
     TaskInfo,
     TaskList,
 )
-from evalsweep.agent._options import check_bounds, with_agent_options
-from evalsweep.agent._quotes import GateError, create_quote, params_hash
-from evalsweep.agent._runs import expand_run
-from evalsweep.agent._state import READ, SPEND, WRITE, AgentState, ToolRegistrar
 from evalsweep.agent._views import headline, table_text
 from evalsweep.compute import LifecycleTarget
 from evalsweep.errors import EvalsweepError, TargetError

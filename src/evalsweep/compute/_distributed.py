@@ -54,14 +54,14 @@ from evalsweep.execution import (
     ExecutionRequest,
     ExecutionResult,
     Layer,
+    SampleVerdict,
     SandboxReport,
-    Verdict,
 )
 
 OnLine = Callable[[str], None]
 Note = Callable[[str], None]
 
-#: Verdict of a sample that ended its worker on every try.
+#: SampleVerdict of a sample that ended its worker on every try.
 KILLER_REASON = "worker killed"
 
 
@@ -394,7 +394,7 @@ class DistributedJudge:
                 position, request = left[0]
                 detail = f"the sample's worker ended {piece.deaths} times ({reason})"
                 self.isolated.append(position)
-                deliver(position, ExecutionResult(Verdict("error", KILLER_REASON, detail),
+                deliver(position, ExecutionResult(SampleVerdict("error", KILLER_REASON, detail),
                                                   key=request.key), piece)  # fmt: skip
                 return []
             return [piece]

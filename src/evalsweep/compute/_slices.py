@@ -18,7 +18,13 @@ from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from evalsweep.execution import ExecutionRequest, ExecutionResult, FunctionTest, Limits, Verdict
+from evalsweep.execution import (
+    ExecutionRequest,
+    ExecutionResult,
+    FunctionTest,
+    Limits,
+    SampleVerdict,
+)
 
 #: The largest slice message (the common per-transfer limit of sandbox providers).
 MAX_SLICE_BYTES = 5_000_000
@@ -219,7 +225,7 @@ def parse_line(text: str) -> tuple[str, Any]:
         return "noise", text
     if "v" in row:
         try:
-            verdict = Verdict(str(row["s"]), str(row["r"]), str(row["d"]))  # type: ignore[arg-type]
+            verdict = SampleVerdict(str(row["s"]), str(row["r"]), str(row["d"]))  # type: ignore[arg-type]
             result = ExecutionResult(
                 verdict,
                 wall_seconds=float(row.get("w", 0.0)),

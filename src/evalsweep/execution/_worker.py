@@ -24,7 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import _verdict
+from . import _sample_verdict
 from ._cgroups import CgroupSupport, WorkerCgroup
 from ._rootfs import interpreter_for
 from ._runtime import control, wire
@@ -37,7 +37,7 @@ from ._types import (
     ExecutionResult,
     FunctionTest,
     Limits,
-    Verdict,
+    SampleVerdict,
 )
 
 _PIPELINE_DEPTH = 2
@@ -342,16 +342,16 @@ class Worker:
             if share is not None and queue:
                 _offer_back_half(queue, share)
 
-    def _refusal(self, request: ExecutionRequest) -> Verdict | None:
+    def _refusal(self, request: ExecutionRequest) -> SampleVerdict | None:
         size = len(request.program.encode("utf-8", "surrogatepass")) + len(request.stdin)
         if size > MAX_TRANSFER_BYTES:
-            return Verdict(
+            return SampleVerdict(
                 "error", "too large", f"{size} bytes exceeds the {MAX_TRANSFER_BYTES}-byte limit"
             )
         if request.test is not None and request.language != "python":
-            return Verdict("error", "unsupported", "function tests are for Python programs")
+            return SampleVerdict("error", "unsupported", "function tests are for Python programs")
         if request.language != "python" and interpreter_for(request.language) is None:
-            return Verdict(
+            return SampleVerdict(
                 "error", "unsupported", f"no {request.language} interpreter on this machine"
             )
         return None
@@ -369,7 +369,7 @@ class Worker:
                 flight.plain_report.close()
         if inflight and emit is not None:
             culprit = inflight.popleft()
-            lost = Verdict("error", "worker lost", why)
+            lost = SampleVerdict("error", "worker lost", why)
             emit(culprit.index, ExecutionResult(lost, key=culprit.request.key))
         for flight in reversed(inflight):
             queue.appendleft((flight.index, flight.request))
@@ -522,7 +522,9 @@ class Worker:
         if request.limits is None:
             request = dataclasses.replace(request, limits=flight.limits)
         plain = sample.pop("plain", None)
-        verdict = _verdict.decide(request, sample, judge, oom=self._oom_happened(), plain=plain)
+        verdict = _sample_verdict.decide(
+            request, sample, judge, oom=self._oom_happened(), plain=plain
+        )
         # The process facts are those of the run that decided the verdict: the
         # plain run's where it did not pass; its time is added to a pass's
         # (judging the sample took both). Output is the split run's: the plain
@@ -540,7 +542,7 @@ class Worker:
             verdict=verdict,
             key=request.key,
             exit_code=facts.get("exit_code"),
-            signal=_verdict._signal_name(signal_number) if signal_number else None,
+            signal=_sample_verdict._signal_name(signal_number) if signal_number else None,
             wall_seconds=wall,
             cpu_seconds=cpu,
             max_rss_kb=max(int(sample.get("max_rss_kb", 0)), int(facts.get("max_rss_kb", 0))),

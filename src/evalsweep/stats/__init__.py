@@ -9,11 +9,7 @@ can show the same numbers.
 """
 
 from evalsweep.stats._adjust import AdjustMethod, adjust
-from evalsweep.stats._paired import PairedComparison, PairedTest, paired_compare
-from evalsweep.stats._passk import pass_at_k
-from evalsweep.stats._power import minimum_detectable_effect, questions_needed
-from evalsweep.stats._single import ScoreSummary, stratified_se, summarize_scores
-from evalsweep.stats._sweep import (
+from evalsweep.stats._compare import (
     Comparison,
     FamilyScope,
     LabelNoise,
@@ -22,6 +18,10 @@ from evalsweep.stats._sweep import (
     compare_sweep,
     label_noise_note,
 )
+from evalsweep.stats._paired import PairedComparison, PairedTest, paired_compare
+from evalsweep.stats._passk import pass_at_k
+from evalsweep.stats._power import minimum_detectable_effect, questions_needed
+from evalsweep.stats._single import ScoreSummary, stratified_se, summarize_scores
 from evalsweep.stats._validate import Scores
 from evalsweep.stats._verdict import DEFAULT_ALPHA, Verdict, decide_verdict
 

