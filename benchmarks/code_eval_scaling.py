@@ -58,8 +58,8 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _code_samples import HUMANEVAL, UNSTABLE, real_files, write_canonical  # noqa: E402
-from evalsweep.compute import code_eval  # noqa: E402
-from evalsweep.compute._usage import Tariff  # noqa: E402
+from evalsweep.codeeval import code_eval  # noqa: E402
+from evalsweep.codeeval._usage import Tariff  # noqa: E402
 from evalsweep.execution import MAX_HASH_SEED  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -120,7 +120,7 @@ class LocalCluster:
 
         @ray.remote(num_cpus=1)
         def warm() -> int:
-            import evalsweep.compute._slice_worker  # noqa: F401
+            import evalsweep.codeeval._slice_worker  # noqa: F401
             import evalsweep.execution  # noqa: F401
 
             time.sleep(1.0)

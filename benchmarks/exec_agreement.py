@@ -27,12 +27,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _code_samples import REAL, UNSTABLE, problems_for  # noqa: E402
-from evalsweep.execution import (  # noqa: E402
-    ExecutionService,
-    Limits,
-    evaluate_samples_file,
-    load_problems,
-)
+from evalsweep.codeeval import evaluate_samples_file, load_problems
+from evalsweep.execution import ExecutionService, Limits
 from evalsweep.jsonl import read_values  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -26,7 +26,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _code_samples import DATA, HUMANEVAL  # noqa: E402
-from evalsweep.execution import ExecutionService, Limits, evaluate_samples_file  # noqa: E402
+from evalsweep.codeeval import evaluate_samples_file
+from evalsweep.execution import ExecutionService, Limits
 from evalsweep.jsonl import read_values  # noqa: E402
 
 _ORACLE = """

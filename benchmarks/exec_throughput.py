@@ -52,16 +52,8 @@ from types import ModuleType
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _code_samples import HUMANEVAL, real_files, write_canonical  # noqa: E402
-from evalsweep.execution import (  # noqa: E402
-    CodeProblem,
-    CodeSample,
-    ExecutionRequest,
-    ExecutionService,
-    Limits,
-    build_request,
-    load_problems,
-    load_samples,
-)
+from evalsweep.codeeval import CodeProblem, CodeSample, build_request, load_problems, load_samples
+from evalsweep.execution import ExecutionRequest, ExecutionService, Limits
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "RESULTS.md"

@@ -18,9 +18,10 @@ from pathlib import Path
 
 import pytest
 
-from evalsweep.compute import SSHTarget, code_eval
-from evalsweep.compute._slices import cut_slices, decode_slice, encode_slice
-from evalsweep.compute._usage import RunCost, Tariff, tariff_from_config
+from evalsweep.codeeval import code_eval
+from evalsweep.codeeval._slices import cut_slices, decode_slice, encode_slice
+from evalsweep.codeeval._usage import RunCost, Tariff, tariff_from_config
+from evalsweep.compute import SSHTarget
 from evalsweep.execution import ExecutionRequest, FunctionTest
 from evalsweep.store import Store
 from test_compute_ssh import Sshd, _free_port, sshd  # noqa: F401 - the loopback sshd fixture
@@ -264,7 +265,7 @@ def test_slices_hold_at_most_their_samples_and_bytes_and_carry_each_test_once() 
 
 
 def test_cost_bills_each_unit_at_least_the_minimum() -> None:
-    from evalsweep.compute._usage import BillingUnit
+    from evalsweep.codeeval._usage import BillingUnit
 
     tariff = Tariff(vcpu_second=0.01, gb_second=0.1, minimum_seconds=60)
     units = [BillingUnit("a", 2, 10.2, 500.0, 15.0), BillingUnit("b", 1, 90.0, 1000.0, 80.0)]
@@ -292,8 +293,8 @@ def test_a_target_tariff_overrides_the_default_and_bad_values_are_named() -> Non
 
 
 def test_ssh_target_class_is_what_code_eval_uses() -> None:
+    from evalsweep.codeeval._transports import SSHSlices, make_transport
     from evalsweep.compute._skypilot import SkyPilotTarget
-    from evalsweep.compute._slice_transports import SSHSlices, make_transport
     from evalsweep.errors import TargetError
 
     target = SSHTarget(name="box", host="me@example.org")
@@ -449,7 +450,7 @@ def test_the_command_takes_a_hash_seed_records_it_and_names_a_bad_one(tmp_path: 
 
 
 def test_slices_shrink_toward_the_end_of_a_run_and_keep_every_sample_in_order() -> None:
-    from evalsweep.compute._slices import MIN_TAIL_SAMPLES
+    from evalsweep.codeeval._slices import MIN_TAIL_SAMPLES
 
     for count, max_samples, spread in ((164, 250, 4), (8200, 250, 4), (1000, 250, 2), (60, 5, 3),
                                        (300, 250, 1), (7, 250, 8)):  # fmt: skip

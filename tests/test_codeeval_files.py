@@ -22,16 +22,11 @@ import pytest
 from click.testing import CliRunner
 
 from evalsweep.cli import main
+from evalsweep.codeeval import CodeEvalResult, _resultfiles, evaluate_samples_file
+from evalsweep.codeeval._evaluate import _fingerprint
+from evalsweep.codeeval._problems import read_problems, read_samples
 from evalsweep.errors import DataError
-from evalsweep.execution import (
-    CodeEvalResult,
-    ExecutionService,
-    Limits,
-    _resultfiles,
-    evaluate_samples_file,
-)
-from evalsweep.execution._codeeval import _fingerprint
-from evalsweep.execution._problems import read_problems, read_samples
+from evalsweep.execution import ExecutionService, Limits
 
 PROBLEM = {
     "task_id": "T/0",

@@ -24,9 +24,10 @@ import pytest
 from click.testing import CliRunner
 
 from evalsweep.cli import main
+from evalsweep.codeeval import evaluate_samples_file
 from evalsweep.datafiles import MAX_DEPTH, MAX_INT_DIGITS, MAX_LINE_BYTES, read_records
 from evalsweep.errors import DataError
-from evalsweep.execution import ExecutionService, evaluate_samples_file
+from evalsweep.execution import ExecutionService
 
 PROBLEM = {
     "task_id": "T/0",

@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 
 from conftest import TEST_DATA
-from evalsweep.execution import ExecutionService, Limits, evaluate_samples_file
+from evalsweep.codeeval import evaluate_samples_file
+from evalsweep.execution import ExecutionService, Limits
 
 DATA = TEST_DATA
 FILES = [

@@ -10,14 +10,9 @@ from pathlib import Path
 import pytest
 
 from conftest import TEST_DATA
+from evalsweep.codeeval import estimate_pass_at_k, evaluate_samples_file, load_problems
 from evalsweep.errors import DataError
-from evalsweep.execution import (
-    ExecutionService,
-    Limits,
-    estimate_pass_at_k,
-    evaluate_samples_file,
-    load_problems,
-)
+from evalsweep.execution import ExecutionService, Limits
 
 HUMANEVAL = TEST_DATA / "humaneval" / "HumanEval.jsonl.gz"
 MBPP = TEST_DATA / "mbpp" / "mbpp.jsonl"
@@ -192,3 +187,14 @@ def test_pass_at_k_is_reported_only_for_k_every_task_can_reach() -> None:
     assert result[5] == pytest.approx(
         (1 - 7 * 6 * 5 * 4 * 3 / (10 * 9 * 8 * 7 * 6) + 0.0 + 1.0) / 3
     )
+
+
+def test_the_local_service_is_a_judge_the_run_takes() -> None:
+    # The distributed judge is checked against the same protocol by the type checker
+    # (``codeeval._run`` hands it to ``evaluate_samples_file``); no cast stands between.
+    from evalsweep.codeeval import Judge
+
+    service = ExecutionService(workers=1)
+    assert isinstance(service, Judge)
+    assert not isinstance(object(), Judge)
+    assert not service._started

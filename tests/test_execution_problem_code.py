@@ -7,14 +7,14 @@ from pathlib import Path
 
 import pytest
 
-from evalsweep.errors import DataError
-from evalsweep.execution import ExecutionRequest, FunctionTest
-from evalsweep.execution._problem_code import (
+from evalsweep.codeeval._problem_code import (
     complete_prompt,
     defined_names,
     reference_prelude,
 )
-from evalsweep.execution._problems import CodeSample, build_request, load_problems
+from evalsweep.codeeval._problems import CodeSample, build_request, load_problems
+from evalsweep.errors import DataError
+from evalsweep.execution import ExecutionRequest, FunctionTest
 from evalsweep.execution._runtime import wire
 
 DATA = Path(__file__).resolve().parent / "data" / "sandbox"

@@ -60,7 +60,7 @@ def test_an_unknown_name_is_an_attribute_error() -> None:
 def test_the_slice_worker_imports_nothing_it_does_not_run() -> None:
     script = (
         "import json, sys\n"
-        "import evalsweep.cli._code, evalsweep.compute._slice_worker, evalsweep.execution\n"
+        "import evalsweep.cli._code, evalsweep.codeeval._slice_worker, evalsweep.execution\n"
         f"heavy = {HEAVY!r}\n"
         "print(json.dumps(sorted(m for m in sys.modules if m.startswith(heavy))))\n"
     )
@@ -72,7 +72,8 @@ def test_the_slice_worker_imports_nothing_it_does_not_run() -> None:
 
 def test_importing_the_package_then_a_target_still_works_in_a_fresh_interpreter() -> None:
     script = (
-        "from evalsweep.compute import LocalTarget, code_eval, get_target\n"
+        "from evalsweep.compute import LocalTarget, get_target\n"
+        "from evalsweep.codeeval import code_eval\n"
         "import evalsweep.compute as c\n"
         "assert c.LocalTarget is LocalTarget and callable(code_eval) and callable(get_target)\n"
         "print(type(get_target('local', {})).__name__)\n"

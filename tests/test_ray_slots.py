@@ -46,9 +46,9 @@ def cluster() -> Iterator[Any]:
 def test_slices_in_flight_are_what_the_nodes_can_start(
     cluster: Any, tmp_path: Any, num_cpus: float, per_host: int, expected: int
 ) -> None:
+    from evalsweep.codeeval._transports import RaySlices
     from evalsweep.compute._ray import RayTarget
     from evalsweep.compute._runner import CommandRunner
-    from evalsweep.compute._slice_transports import RaySlices
     from evalsweep.store import Store
 
     with Store(tmp_path / "s.sqlite") as store:

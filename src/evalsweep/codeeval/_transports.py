@@ -17,10 +17,10 @@ import threading
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
-from evalsweep.compute._distributed import SliceDied
+from evalsweep.codeeval._distributed import SliceDied
+from evalsweep.codeeval._slices import NO_SANDBOX_EXIT, lines_of
 from evalsweep.compute._kinds import TARGET_KINDS
 from evalsweep.compute._runner import CommandRunner
-from evalsweep.compute._slices import NO_SANDBOX_EXIT, lines_of
 from evalsweep.compute._ssh import SSH_FAILED, SSHTarget, _ssh_messages
 from evalsweep.errors import TargetError
 from evalsweep.plugins import resolve

@@ -35,9 +35,9 @@ from typing import Any
 
 from evalsweep.datafiles import MAX_LINE_BYTES, display_path, parse_object
 from evalsweep.errors import DataError
+from evalsweep.execution import SampleVerdict
+from evalsweep.execution._types import STATUSES
 from evalsweep.statedir import KeyUnavailable, user_key
-
-from ._types import STATUSES, SampleVerdict
 
 PARTIAL_VERSION = 2
 KEY_NAME = "code-eval-resume.key"

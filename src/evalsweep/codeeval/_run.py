@@ -15,18 +15,18 @@ import platform
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
-from evalsweep.compute._distributed import DistributedJudge
-from evalsweep.compute._usage import BillingUnit, RunCost, Tariff, UsageMeter, tariff_from_config
+from evalsweep.codeeval._distributed import DistributedJudge
+from evalsweep.codeeval._evaluate import evaluate_samples_file
+from evalsweep.codeeval._record import CodeEvalResult
+from evalsweep.codeeval._usage import BillingUnit, RunCost, Tariff, UsageMeter, tariff_from_config
 from evalsweep.execution import (
-    CodeEvalResult,
     ExecutionRequest,
     ExecutionResult,
     ExecutionService,
     Limits,
     SandboxReport,
-    evaluate_samples_file,
 )
 
 
@@ -88,10 +88,10 @@ def code_eval(
         hash_seed: the ``PYTHONHASHSEED`` of every sandbox of the run, here or on every
             slice (default: one random seed); recorded, so a run can be judged again alike.
     """
+    from evalsweep.codeeval._slices import DEFAULT_SLICE_SAMPLES
+    from evalsweep.codeeval._transports import make_transport
     from evalsweep.compute._registry import get_target
     from evalsweep.compute._runner import CommandRunner
-    from evalsweep.compute._slice_transports import make_transport
-    from evalsweep.compute._slices import DEFAULT_SLICE_SAMPLES
     from evalsweep.config import config_path, load_config
 
     config = load_config() if config is None else config
@@ -112,7 +112,7 @@ def code_eval(
             try:
                 result = evaluate_samples_file(
                     problems, samples, ks=ks, timeout=timeout, results_path=results_path,
-                    resume=resume, service=_as_service(service), progress=progress,
+                    resume=resume, service=service, progress=progress,
                     warn=warn,
                 )  # fmt: skip
             finally:
@@ -160,7 +160,7 @@ def code_eval(
         try:
             result = evaluate_samples_file(
                 problems, samples, ks=ks, timeout=timeout, results_path=results_path,
-                resume=resume, service=_as_service(judge), progress=progress, warn=warn,
+                resume=resume, service=judge, progress=progress, warn=warn,
             )  # fmt: skip
         finally:
             judge.close()
@@ -203,12 +203,6 @@ class _MeteredService:
         return self._service.run_many(requests, counted)
 
 
-def _as_service(judge: object) -> ExecutionService:
-    """``evaluate_samples_file`` takes anything with the service's ``start``, ``run_many``,
-    ``workers`` and ``close``; its annotation names the local service only."""
-    return cast(ExecutionService, judge)
-
-
 def record_path(results_path: str | Path) -> Path:
     """Where a run's record is kept: beside its results file, ``<results>.run.json``."""
     return Path(f"{results_path}.run.json")
@@ -218,7 +212,7 @@ def _recorded(run: CodeEvalRun) -> CodeEvalRun:
     """Write the run's record (what ``--json`` prints) beside the results, whole or not at all."""
     import json
 
-    from evalsweep.execution._resultfiles import write_beside
+    from evalsweep.codeeval._resultfiles import write_beside
 
     text = json.dumps(run.as_dict(), indent=2, default=str) + "\n"
     write_beside(record_path(run.result.results_path), text.encode("utf-8"))

@@ -35,9 +35,9 @@ from typing import Any
 
 from evalsweep.datafiles import display_path, display_value, read_records
 from evalsweep.errors import DataError
+from evalsweep.execution._types import ExecutionRequest, FunctionTest, Language
 
 from ._problem_code import complete_prompt, defined_names, reference_prelude
-from ._types import ExecutionRequest, FunctionTest, Language
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@ Only where a verdict is computed changes:
 * the pending samples are cut into slices (at most 5 MB and a configurable
   number of samples each, smaller toward the end of the run so that the last
   slices the targets run at once end together; see
-  :mod:`evalsweep.compute._slices`), the slices expected to take longest first
+  :mod:`evalsweep.codeeval._slices`), the slices expected to take longest first
   (learned per test as verdicts come back);
 * each slice is judged by ``evalsweep code-eval-slice`` (evalsweep's own
   sandbox) on a worker: over ssh on a host, or in one Ray task per slice with
@@ -38,7 +38,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from evalsweep.compute._slices import (
+from evalsweep.codeeval._slices import (
     DEFAULT_SLICE_SAMPLES,
     MAX_SLICE_BYTES,
     MIN_TAIL_SAMPLES,
@@ -47,7 +47,7 @@ from evalsweep.compute._slices import (
     encode_slice,
     parse_line,
 )
-from evalsweep.compute._usage import BillingUnit, RunCost, Tariff
+from evalsweep.codeeval._usage import BillingUnit, RunCost, Tariff
 from evalsweep.errors import TargetError
 from evalsweep.execution import (
     MAX_HASH_SEED,
@@ -180,7 +180,7 @@ class DistributedJudge:
         self.wall_seconds = 0.0
         self._costs: dict[object, tuple[float, int]] = {}
 
-    # -- the ExecutionService surface code-eval uses -----------------------------------------
+    # -- the Judge surface (codeeval._judge) -------------------------------------------------
 
     @property
     def workers(self) -> int:

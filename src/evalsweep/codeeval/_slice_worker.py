@@ -1,6 +1,6 @@
 """The worker side of a distributed code-eval: ``evalsweep code-eval-slice``.
 
-Reads one slice message (see :mod:`evalsweep.compute._slices`) from stdin,
+Reads one slice message (see :mod:`evalsweep.codeeval._slices`) from stdin,
 judges its samples with evalsweep's own sandbox service on this machine, and
 writes one JSON line per event to stdout, flushed: ``start`` (host, Python,
 package versions, sandbox layers), each verdict as soon as it is known, then
@@ -18,8 +18,8 @@ import sys
 import threading
 from typing import IO, Any
 
-from evalsweep.compute._slices import NO_SANDBOX_EXIT, decode_slice, verdict_line
-from evalsweep.compute._usage import UsageMeter
+from evalsweep.codeeval._slices import NO_SANDBOX_EXIT, decode_slice, verdict_line
+from evalsweep.codeeval._usage import UsageMeter
 
 #: A verdict the service gives samples of a worker it lost: not a judgment, so not sent.
 _LOST = "worker lost"

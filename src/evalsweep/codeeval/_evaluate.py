@@ -24,10 +24,13 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+from evalsweep.execution import ExecutionResult, Limits, SampleVerdict
+from evalsweep.execution._types import STATUSES
+
+from ._judge import Judge
 from ._problems import CodeSample, build_request, read_problems, read_samples
+from ._record import CodeEvalResult, RunRecord
 from ._resultfiles import ResultFiles, check_results_path
-from ._service import ExecutionService
-from ._types import STATUSES, CodeEvalResult, ExecutionResult, Limits, RunRecord, SampleVerdict
 
 Progress = Callable[[int, int], None]
 
@@ -89,7 +92,7 @@ def evaluate_samples_file(
     results_path: str | Path | None = None,
     resume: bool = True,
     unsafe_no_sandbox: bool = False,
-    service: ExecutionService | None = None,
+    service: Judge | None = None,
     progress: Progress | None = None,
     warn: Callable[[str], None] | None = None,
 ) -> CodeEvalResult:
@@ -105,7 +108,8 @@ def evaluate_samples_file(
         results_path: where to write the results (default ``<samples>_results.jsonl``).
         resume: reuse verdicts of an interrupted run with the same inputs.
         unsafe_no_sandbox: run without isolation (only for trusted code).
-        service: an already started service to use instead of starting one.
+        service: the judge to use (:class:`Judge`: the local sandbox service, or the
+            distributed judge) instead of starting a local service; it is not closed.
         progress: called as ``progress(done, total)`` after each sample.
         warn: called with a one-line warning (a ``.partial`` set aside, no resume file
             possible); by default a :class:`UserWarning`.
@@ -135,6 +139,8 @@ def evaluate_samples_file(
     started = time.monotonic()
     owned = service is None
     if service is None:
+        from evalsweep.execution import ExecutionService
+
         service = ExecutionService(
             workers=workers, limits=limits, unsafe_no_sandbox=unsafe_no_sandbox
         )
