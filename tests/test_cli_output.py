@@ -26,7 +26,7 @@ from rich.console import Console
 
 from conftest import EVALSWEEP_COMMAND as EVALSWEEP
 from evalsweep.report import PlainProgress
-from test_compare_cli import _letter_model
+from test_cli_compare import _letter_model
 
 SUBJECT = "high_school_geography"
 TASK = f"mmlu_{SUBJECT}"

@@ -49,7 +49,7 @@ if TYPE_CHECKING:
     )
 
 #: Each public name and the module that defines it (``__all__`` and the imports above
-#: for type checkers name the same; tests/test_package_imports.py holds them equal).
+#: for type checkers name the same; tests/test_evalsweep_imports.py holds them equal).
 _EXPORTS = {
     "LifecycleTarget": "evalsweep.compute._base",
     "LocalTarget": "evalsweep.compute._base",

@@ -23,7 +23,7 @@ log-likelihoods) and the model's own cache, one prompt at a time (for
 generation): what ``model(...)`` and ``model.generate`` do.
 
 A model type joins ``VERIFIED_MODEL_TYPES`` only when the architecture matrix
-(``tests/test_arch_matrix.py``) proves every fast path it takes exact; any
+(``tests/test_models_arch_matrix.py``) proves every fast path it takes exact; any
 other model type (custom code included) is served by the plain paths.
 """
 

@@ -1,5 +1,5 @@
 """Each checkpoint's attention features are read from its config, and only fast paths
-declared exact for all of them are chosen (the matrix, ``test_arch_matrix.py``, proves
+declared exact for all of them are chosen (the matrix, ``test_models_arch_matrix.py``, proves
 the declarations; this checks the choice on real transformers configs)."""
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 These parts need no cluster: a real secret store in a temporary folder, real
 token files, and the exceptions Ray raises. The real head with token
-authentication is in tests/test_code_eval_ray_head.py.
+authentication is in tests/test_codeeval_ray_head.py.
 """
 
 from __future__ import annotations

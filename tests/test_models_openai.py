@@ -3,7 +3,7 @@
 These tests run small real HTTP servers on loopback, each behaving like a
 kind of server met in practice: one that ignores ``echo``/``logprobs`` (so it
 cannot score log-likelihood), one that is briefly overloaded (503 twice, then
-fine). Agreement with a real ``vllm serve`` is tested in ``test_vllm_backends.py``.
+fine). Agreement with a real ``vllm serve`` is tested in ``test_models_vllm.py``.
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from test_compare_cli import _letter_model
+from test_cli_compare import _letter_model
 
 ROWS = [
     {"country": "France", "capital": "Paris"},
