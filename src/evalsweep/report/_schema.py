@@ -29,15 +29,24 @@ only when present.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, NoReturn
 
+from evalsweep._records import (
+    FLATTEN,
+    LEADING,
+    VERSION,
+    decode,
+    encode,
+    json_schema,
+    kind_of,
+    section,
+)
 from evalsweep.checkpoints import ResolvedCheckpoint
 from evalsweep.datafiles import display_path, parse_json_text, read_json_text
 from evalsweep.errors import DataError
-from evalsweep.stats import Comparison, Verdict
+from evalsweep.stats import Comparison
 
 SCHEMA_VERSION = 4
 """The version :func:`document_json` writes; :func:`parse_document` reads 1 up to this."""
@@ -74,7 +83,7 @@ class Settings:
 class CheckpointEntry:
     """One compared checkpoint: what its reference resolved to, and how it was loaded."""
 
-    checkpoint: ResolvedCheckpoint
+    checkpoint: ResolvedCheckpoint = field(metadata={FLATTEN: True})
     runtime: JSONObject
     """What the backend reported about the loaded model (``{"loaded": False}`` if none was)."""
 
@@ -125,20 +134,21 @@ class ResultDocument:
     comparisons: list[Comparison]
     environment: JSONObject
     seconds: float
-    compute: JSONObject | None = None
+    compute: JSONObject | None = section()
     """Where the sweep ran and what it cost (a run through a compute target)."""
-    secrets_received: list[str] | None = None
+    secrets_received: list[str] | None = section()
     """Names (never values) of secrets a remote run was sent."""
-    demo: Demo | None = None
-    steps: dict[str, int] | None = None
+    demo: Demo | None = section()
+    steps: dict[str, int] | None = section()
     """The training step of each checkpoint, when they are one run (in step order)."""
-    previous: list[Comparison] | None = None
+    previous: list[Comparison] | None = section()
     """A run's checkpoints each against the one before it (the baseline's rows excepted),
     under the same multiplicity control as ``comparisons``."""
-    best: list[Comparison] | None = None
+    best: list[Comparison] | None = section()
     """A run's best checkpoint (``candidate``) against each other one (``baseline``), on
     the headline metrics of the tasks it was chosen by, in one Holm family of their own."""
-    schema_version: int = field(default=SCHEMA_VERSION)
+    schema_version: int = field(default=SCHEMA_VERSION, metadata={LEADING: True, VERSION: True})
+    """The version of this schema the document was written with (see the module's docstring)."""
 
     @property
     def references(self) -> list[str]:
@@ -152,70 +162,26 @@ class ResultDocument:
         return self.comparisons[0].baseline if self.comparisons else None
 
     def to_dict(self) -> JSONObject:
-        """Plain JSON values, keys in the order ``--json`` has always printed them."""
-        data: JSONObject = {
-            "schema_version": self.schema_version,
-            "run_id": self.run_id,
-            "created": self.created,
-            "evalsweep_version": self.evalsweep_version,
-            "command": list(self.command),
-            "settings": {
-                "backend": self.settings.backend,
-                "options": self.settings.options,
-                "limit": self.settings.limit,
-                "data": self.settings.data,
-                "tasks": {
-                    name: {
-                        "version": task.version,
-                        "num_fewshot": task.num_fewshot,
-                        "n_documents": task.n_documents,
-                        "settings_key": task.settings_key,
-                    }
-                    for name, task in self.settings.tasks.items()
-                },
-            },
-            "checkpoints": [
-                {**entry.checkpoint.to_dict(), "runtime": entry.runtime}
-                for entry in self.checkpoints
-            ],
-            "results": [result_row_dict(row) for row in self.results],
-            "computed_documents": dict(self.computed_documents),
-            "comparisons": [c.to_dict() for c in self.comparisons],
-            "environment": self.environment,
-            "seconds": self.seconds,
-        }
-        if self.compute is not None:
-            data["compute"] = self.compute
-        if self.secrets_received is not None:
-            data["secrets_received"] = list(self.secrets_received)
-        if self.demo is not None:
-            data["demo"] = {
-                "seed": self.demo.seed,
-                "story": list(self.demo.story),
-                "verdict": self.demo.verdict,
-            }
-        if self.steps is not None:
-            data["steps"] = dict(self.steps)
-        if self.previous is not None:
-            data["previous"] = [c.to_dict() for c in self.previous]
-        if self.best is not None:
-            data["best"] = [c.to_dict() for c in self.best]
+        """Plain JSON values, keys in the order ``--json`` has always printed them (the
+        declaration's; optional sections only when present)."""
+        data: JSONObject = encode(self)
         return data
 
 
 def result_row_dict(row: ResultRow) -> JSONObject:
     """One result row as the plain JSON object the document holds."""
-    return {
-        "checkpoint": row.checkpoint,
-        "identity": row.identity,
-        "task": row.task,
-        "metric": row.metric,
-        "level": row.level,
-        "group": row.group,
-        "value": row.value,
-        "stderr": row.stderr,
-        "n": row.n,
-    }
+    data: JSONObject = encode(row)
+    return data
+
+
+def document_schema() -> JSONObject:
+    """The result document's JSON Schema, from its declaration (shipped as
+    ``report/result-document.schema.json``)."""
+    return json_schema(
+        ResultDocument,
+        title="evalsweep result document",
+        schema_id=f"urn:evalsweep:result-document:{SCHEMA_VERSION}",
+    )
 
 
 def document_json(
@@ -248,232 +214,29 @@ def parse_document(text: str | bytes, where: str) -> ResultDocument:
 
 # --- reading: every field checked, every failure one line naming the field ---------------
 
-T = TypeVar("T")
 
-
-class _Fields:
-    """Typed access to one JSON object of the document; errors name the file and field."""
-
-    def __init__(self, value: Any, where: str, path: str) -> None:
-        self.where = where
-        self.path = path
-        if not isinstance(value, dict):
-            self.fail(path, f"expected an object, found {_kind(value)}")
-        self.value: dict[str, Any] = value
-
-    def fail(self, path: str, message: str) -> Any:
-        raise DataError(f"{self.where}: result document field {path}: {message}")
-
-    def _get(self, key: str, optional: bool) -> Any:
-        if key not in self.value:
-            if optional:
-                return None
-            self.fail(self._name(key), "missing")
-        return self.value[key]
-
-    def _name(self, key: str) -> str:
-        return f"{self.path}.{key}" if self.path else key
-
-    def text(self, key: str, *, optional: bool = False) -> Any:
-        value = self._get(key, optional)
-        if value is None and optional:
-            return None
-        if not isinstance(value, str):
-            self.fail(self._name(key), f"expected a string, found {_kind(value)}")
-        return value
-
-    def integer(self, key: str, *, optional: bool = False) -> Any:
-        value = self._get(key, optional)
-        if value is None and optional:
-            return None
-        if isinstance(value, bool) or not isinstance(value, int):
-            self.fail(self._name(key), f"expected an integer, found {_kind(value)}")
-        return value
-
-    def number(self, key: str, *, optional: bool = False) -> Any:
-        value = self._get(key, optional)
-        if value is None and optional:
-            return None
-        if isinstance(value, bool) or not isinstance(value, int | float):
-            self.fail(self._name(key), f"expected a number, found {_kind(value)}")
-        return float(value)
-
-    def obj(self, key: str, *, optional: bool = False) -> Any:
-        value = self._get(key, optional)
-        if value is None and optional:
-            return None
-        if not isinstance(value, dict):
-            self.fail(self._name(key), f"expected an object, found {_kind(value)}")
-        return value
-
-    def fields(self, key: str) -> _Fields:
-        return _Fields(self.obj(key), self.where, self._name(key))
-
-    def items(self, key: str, read: Callable[[_Fields], T], *, optional: bool = False) -> Any:
-        value = self._get(key, optional)
-        if value is None and optional:
-            return None
-        if not isinstance(value, list):
-            self.fail(self._name(key), f"expected an array, found {_kind(value)}")
-        return [
-            read(_Fields(item, self.where, f"{self._name(key)}[{i}]"))
-            for i, item in enumerate(value)
-        ]
-
-    def texts(self, key: str, *, optional: bool = False) -> Any:
-        value = self._get(key, optional)
-        if value is None and optional:
-            return None
-        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-            self.fail(self._name(key), "expected an array of strings")
-        return list(value)
-
-    def known(self, keys: set[str]) -> None:
-        extra = sorted(set(self.value) - keys)
-        if extra:
-            self.fail(self._name(extra[0]), "not a field of this schema version")
-
-
-def _kind(value: Any) -> str:
-    if isinstance(value, bool) or value is None:
-        return json.dumps(value)
-    if isinstance(value, dict):
-        return "an object"
-    if isinstance(value, list):
-        return "an array"
-    if isinstance(value, str):
-        return "a string"
-    return "a number"
-
-
-def _version(top: _Fields) -> int:
-    if "schema_version" not in top.value:
+def _version(top: dict[str, Any], fail: Any, where: str) -> int:
+    if "schema_version" not in top:
         return 1  # written before documents carried a version: version 2's fields
-    version = top.integer("schema_version")
+    version = top["schema_version"]
+    if isinstance(version, bool) or not isinstance(version, int):
+        fail("schema_version", f"expected an integer, found {kind_of(version)}")
     if version > SCHEMA_VERSION:
         raise DataError(
-            f"{top.where}: result document schema version {version} is newer than this "
+            f"{where}: result document schema version {version} is newer than this "
             f"evalsweep reads (1 to {SCHEMA_VERSION}); upgrade evalsweep to read it"
         )
     if version < 1:
-        top.fail("schema_version", f"{version} is not a schema version")
-    return version
+        fail("schema_version", f"{version} is not a schema version")
+    return int(version)
 
 
 def _document(value: Any, where: str) -> ResultDocument:
-    top = _Fields(value, where, "")
-    _version(top)  # 1 to 4 differ only by optional sections; an upgrade step goes here
-    top.known({*_TOP_FIELDS, "schema_version"})
-    demo = top.fields("demo") if "demo" in top.value else None
-    return ResultDocument(
-        run_id=top.text("run_id"),
-        created=top.text("created"),
-        evalsweep_version=top.text("evalsweep_version"),
-        command=top.texts("command"),
-        settings=_settings(top.fields("settings")),
-        checkpoints=top.items("checkpoints", _checkpoint_entry),
-        results=top.items("results", _result_row),
-        computed_documents=_counts(top.fields("computed_documents")),
-        comparisons=top.items("comparisons", _comparison),
-        environment=top.obj("environment"),
-        seconds=top.number("seconds"),
-        compute=top.obj("compute", optional=True),
-        secrets_received=top.texts("secrets_received", optional=True),
-        demo=_demo(demo) if demo is not None else None,
-        steps=_counts(top.fields("steps")) if "steps" in top.value else None,
-        previous=top.items("previous", _comparison, optional=True),
-        best=top.items("best", _comparison, optional=True),
-        schema_version=SCHEMA_VERSION,
-    )
+    def fail(path: str, message: str) -> NoReturn:
+        raise DataError(f"{where}: result document field {path}: {message}")
 
-
-_TOP_FIELDS = {
-    "run_id", "created", "evalsweep_version", "command", "settings", "checkpoints", "results",
-    "computed_documents", "comparisons", "environment", "seconds", "compute",
-    "secrets_received", "demo", "steps", "previous", "best",
-}  # fmt: skip
-
-
-def _settings(item: _Fields) -> Settings:
-    tasks = item.fields("tasks")
-    return Settings(
-        backend=item.obj("backend"),
-        options=item.obj("options"),
-        limit=item.integer("limit", optional=True),
-        data=item.text("data"),
-        tasks={name: _task_settings(tasks.fields(name)) for name in tasks.value},
-    )
-
-
-def _task_settings(item: _Fields) -> TaskSettings:
-    return TaskSettings(
-        version=item.text("version"),
-        num_fewshot=item.integer("num_fewshot"),
-        n_documents=item.integer("n_documents"),
-        settings_key=item.text("settings_key"),
-    )
-
-
-def _resolved(item: _Fields) -> ResolvedCheckpoint:
-    base = item.fields("base") if item.value.get("base") is not None else None
-    return ResolvedCheckpoint(
-        reference=item.text("reference"),
-        kind=item.text("kind"),
-        location=item.text("location"),
-        revision=item.text("revision", optional=True),
-        identity=item.text("identity"),
-        commit=item.text("commit", optional=True),
-        base=_resolved(base) if base is not None else None,
-    )
-
-
-def _checkpoint_entry(item: _Fields) -> CheckpointEntry:
-    return CheckpointEntry(checkpoint=_resolved(item), runtime=item.obj("runtime"))
-
-
-def _result_row(item: _Fields) -> ResultRow:
-    return ResultRow(
-        checkpoint=item.text("checkpoint"),
-        identity=item.text("identity"),
-        task=item.text("task"),
-        metric=item.text("metric"),
-        level=item.text("level"),
-        group=item.text("group", optional=True),
-        value=item.number("value", optional=True),
-        stderr=item.number("stderr", optional=True),
-        n=item.integer("n"),
-    )
-
-
-_VERDICTS = {verdict.value: verdict for verdict in Verdict}
-
-
-def _comparison(item: _Fields) -> Comparison:
-    verdict = item.text("verdict")
-    if verdict not in _VERDICTS:
-        item.fail(item._name("verdict"), f"{verdict[:40]!r} is not a verdict")
-    return Comparison(
-        baseline=item.text("baseline"),
-        candidate=item.text("candidate"),
-        task=item.text("task"),
-        metric=item.text("metric"),
-        subject=item.text("subject", optional=True),
-        delta=item.number("delta"),
-        ci_low=item.number("ci_low"),
-        ci_high=item.number("ci_high"),
-        p_value=item.number("p_value"),
-        p_adjusted=item.number("p_adjusted"),
-        verdict=_VERDICTS[verdict],
-        n=item.integer("n"),
-        mde=item.number("mde"),
-        note=item.text("note", optional=True),
-        test=item.text("test", optional=True),
-    )
-
-
-def _counts(item: _Fields) -> dict[str, int]:
-    return {key: item.integer(key) for key in item.value}
-
-
-def _demo(item: _Fields) -> Demo:
-    return Demo(seed=item.integer("seed"), story=item.texts("story"), verdict=item.text("verdict"))
+    if not isinstance(value, dict):
+        fail("", f"expected an object, found {kind_of(value)}")
+    _version(value, fail, where)  # 1 to 4 differ only by optional sections; upgrades go here
+    document: ResultDocument = decode(ResultDocument, value, fail, strict=True)
+    return document

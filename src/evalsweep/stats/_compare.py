@@ -17,6 +17,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from evalsweep._records import encode, section
 from evalsweep.errors import ComparisonError
 from evalsweep.stats._adjust import adjust
 from evalsweep.stats._paired import PairedComparison, paired_compare
@@ -63,31 +64,14 @@ class Comparison:
     n: int
     mde: float
     note: str | None
-    test: str | None = None
+    test: str | None = section()
     """The paired test behind ``p_value`` (:attr:`PairedComparison.method`): exact
     McNemar for 0/1 scores, the sign-flip permutation test for continuous ones."""
 
     def to_dict(self) -> dict[str, str | float | int | None]:
         """The row as JSON-ready plain values, one key per field (``test`` only when known:
         documents written before it was recorded read back as they were)."""
-        data: dict[str, str | float | int | None] = {
-            "baseline": self.baseline,
-            "candidate": self.candidate,
-            "task": self.task,
-            "metric": self.metric,
-            "subject": self.subject,
-            "delta": self.delta,
-            "ci_low": self.ci_low,
-            "ci_high": self.ci_high,
-            "p_value": self.p_value,
-            "p_adjusted": self.p_adjusted,
-            "verdict": self.verdict.value,
-            "n": self.n,
-            "mde": self.mde,
-            "note": self.note,
-        }
-        if self.test is not None:
-            data["test"] = self.test
+        data: dict[str, str | float | int | None] = encode(self)
         return data
 
 
