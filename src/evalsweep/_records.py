@@ -2,8 +2,10 @@
 form, its strict reader and its JSON Schema all come from that declaration.
 
 A record is a dataclass whose field types are ``str``, ``int``, ``float``, ``bool``,
-an ``Enum`` of strings, another record, ``list[T]``, ``dict[str, T]``, ``dict[str, Any]``
-(an open JSON object, kept as given) or ``T | None``. Three field options (``metadata``)
+an ``Enum`` of strings, another record, ``list[T]``, ``tuple[T, ...]``, ``dict[str, T]``,
+``dict[str, Any]`` (an open JSON object, kept as given) or ``T | None``. A record may also
+name read-only properties in ``JSON_PROPERTIES``: written after its fields for readers,
+never read back (they follow from the fields). Three field options (``metadata``)
 shape the JSON without a second description of the record:
 
 - :func:`section`: an optional part left out of the JSON when it is None;
@@ -55,6 +57,8 @@ def encode(value: Any) -> Any:
                 out.update(encode(member))
             else:
                 out[item.name] = encode(member)
+        for name in getattr(type(value), "JSON_PROPERTIES", ()):
+            out[name] = encode(getattr(value, name))
         return out
     if isinstance(value, enum.Enum):
         return value.value
@@ -115,6 +119,8 @@ class Reader:
         if dataclasses.is_dataclass(hint):
             return self.record(typing.cast(type, hint), value, path)
         origin = typing.get_origin(hint)
+        if origin is tuple:
+            return tuple(self.value(list[_tuple_item(hint)], value, path))  # type: ignore[misc]
         if origin is list:
             (item,) = typing.get_args(hint)
             if item is str:
@@ -193,6 +199,13 @@ def _optional(hint: Any) -> tuple[Any, bool]:
     return hint, False
 
 
+def _tuple_item(hint: Any) -> Any:
+    args = typing.get_args(hint)
+    if len(args) != 2 or args[1] is not Ellipsis:
+        raise TypeError(f"no JSON form for the type {hint!r} (only tuple[T, ...])")
+    return args[0]
+
+
 def _json_names(cls: type) -> set[str]:
     names: set[str] = set()
     hints = _hints(cls)
@@ -201,7 +214,7 @@ def _json_names(cls: type) -> set[str]:
             names |= _json_names(hints[item.name])
         else:
             names.add(item.name)
-    return names
+    return names | set(getattr(cls, "JSON_PROPERTIES", ()))
 
 
 # -- JSON Schema ----------------------------------------------------------------------------
@@ -242,6 +255,9 @@ def _object_schema(cls: type, definitions: dict[str, Any]) -> dict[str, Any]:
         properties[item.name] = schema
         if not optional and item.default is dataclasses.MISSING:
             required.append(item.name)
+    for name in getattr(cls, "JSON_PROPERTIES", ()):
+        returned = typing.get_type_hints(getattr(cls, name).fget).get("return", Any)
+        properties[name] = {"readOnly": True, **_type_schema(returned, definitions)}
     out: dict[str, Any] = {"type": "object", "properties": properties}
     if required:
         out["required"] = required
@@ -258,6 +274,8 @@ def _type_schema(hint: Any, definitions: dict[str, Any]) -> dict[str, Any]:
             definitions[name] = _object_schema(typing.cast(type, hint), definitions)
         return {"$ref": f"#/$defs/{name}"}
     origin = typing.get_origin(hint)
+    if origin is tuple:
+        return {"type": "array", "items": _type_schema(_tuple_item(hint), definitions)}
     if origin is list:
         (item,) = typing.get_args(hint)
         return {"type": "array", "items": _type_schema(item, definitions)}

@@ -20,10 +20,17 @@ from ._distributed import DistributedJudge
 from ._evaluate import estimate_pass_at_k, evaluate_samples_file
 from ._judge import Judge
 from ._problems import CodeProblem, CodeSample, build_request, load_problems, load_samples
-from ._record import CodeEvalResult, RunRecord
+from ._record import (
+    CodeEvalRecord,
+    CodeEvalResult,
+    RunRecord,
+    code_eval_schema,
+    read_code_eval_record,
+)
 from ._run import CodeEvalRun, code_eval, record_path
 
 __all__ = [
+    "CodeEvalRecord",
     "CodeEvalResult",
     "CodeEvalRun",
     "CodeProblem",
@@ -33,9 +40,11 @@ __all__ = [
     "RunRecord",
     "build_request",
     "code_eval",
+    "code_eval_schema",
     "estimate_pass_at_k",
     "evaluate_samples_file",
     "load_problems",
     "load_samples",
+    "read_code_eval_record",
     "record_path",
 ]

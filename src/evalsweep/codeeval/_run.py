@@ -17,9 +17,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from evalsweep._records import encode
 from evalsweep.codeeval._distributed import DistributedJudge
 from evalsweep.codeeval._evaluate import evaluate_samples_file
-from evalsweep.codeeval._record import CodeEvalResult
+from evalsweep.codeeval._record import CodeEvalRecord, CodeEvalResult
 from evalsweep.codeeval._usage import BillingUnit, RunCost, Tariff, UsageMeter, tariff_from_config
 from evalsweep.execution import (
     ExecutionRequest,
@@ -39,9 +40,10 @@ class CodeEvalRun:
     cost: RunCost
 
     def as_dict(self) -> dict[str, Any]:
-        data = self.result.as_dict()
-        data["execution"] = self.record
-        data["usage"] = self.cost.as_dict()
+        """The run's versioned record (:class:`CodeEvalRecord`) as plain JSON values."""
+        data: dict[str, Any] = encode(
+            CodeEvalRecord.of(self.result, self.record, self.cost.as_dict())
+        )
         return data
 
 

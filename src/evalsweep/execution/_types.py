@@ -160,6 +160,9 @@ class Layer:
 class SandboxReport:
     """Which isolation layers the service runs with, detected at start-up."""
 
+    #: Written with the record for readers (``evalsweep._records``); they follow from ``layers``.
+    JSON_PROPERTIES = ("active", "missing")
+
     layers: tuple[Layer, ...]
     unsafe: bool = False
     # The sample zygotes' per-sample loop: "C" (where built, in a pid
