@@ -46,6 +46,14 @@ Lands = Literal["spec", "backend", "chat", "code", "job", "selection", "presenta
 Kind = Literal["text", "int", "float", "folder", "file", "flag", "switch", "batch", "ks"]
 
 
+#: The dtype names a user may give (``--dtype``), each to its canonical name;
+#: ``auto`` (the checkpoint's own dtype) is resolved by each backend.
+DTYPES = {"float32": "float32", "fp32": "float32", "float16": "float16", "fp16": "float16",
+          "half": "float16", "bfloat16": "bfloat16", "bf16": "bfloat16"}  # fmt: skip
+#: The ``--dtype`` choices as the help and the errors name them.
+DTYPE_CHOICES = "auto, float32, float16 or bfloat16"
+
+
 @dataclass(frozen=True)
 class Option:
     """One option of ``evalsweep run``.
@@ -132,7 +140,7 @@ OPTIONS: tuple[Option, ...] = (
        pattern_help="auto, cpu, cuda or cuda:N", agent="gpu",
        agent_help="On 'local' only: the device, cpu, cuda or cuda:N (default: what is "
        "there). Other targets run on their configured hardware."),
-    _o("dtype", "--dtype", "text", "auto", "auto, float32, float16 or bfloat16.", "backend",
+    _o("dtype", "--dtype", "text", "auto", f"{DTYPE_CHOICES}.", "backend",
        show_default=True),
     _o("batch_size", "--batch-size", "batch", None, "Rows per batch, or auto.", "backend",
        show_default=True),

@@ -29,7 +29,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
-from evalsweep.models import DTYPES
+from evalsweep.options import DTYPES
 from evalsweep.store import settings_key
 
 if TYPE_CHECKING:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from evalsweep.checkpoints import ResolvedCheckpoint
 from evalsweep.errors import BackendError
-from evalsweep.models._base import DTYPES, Backend, BackendOptions, ProgressCallback
+from evalsweep.models._base import Backend, BackendOptions, ProgressCallback
 from evalsweep.plugins import Registry
 
 
@@ -48,7 +48,6 @@ def load_backend(name: str, checkpoint: ResolvedCheckpoint, options: BackendOpti
 
 __all__ = [
     "BACKENDS",
-    "DTYPES",
     "Backend",
     "BackendOptions",
     "ProgressCallback",

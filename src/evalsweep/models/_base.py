@@ -14,11 +14,6 @@ from typing import Protocol, runtime_checkable
 
 from evalsweep.requests import GenerationRequest, LoglikelihoodRequest, LoglikelihoodResult
 
-#: The dtype names a user may give (``--dtype``), each to its canonical name;
-#: ``auto`` (the checkpoint's own dtype) is resolved by each backend.
-DTYPES = {"float32": "float32", "fp32": "float32", "float16": "float16", "fp16": "float16",
-          "half": "float16", "bfloat16": "bfloat16", "bf16": "bfloat16"}  # fmt: skip
-
 
 @dataclass(frozen=True)
 class BackendOptions:

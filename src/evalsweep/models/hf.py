@@ -37,7 +37,7 @@ from evalsweep.models._arch import (
     Attention,
     plan,
 )
-from evalsweep.models._base import DTYPES, BackendOptions, ProgressCallback
+from evalsweep.models._base import BackendOptions, ProgressCallback
 from evalsweep.models._tokens import (
     PairEncoder,
     cut_at_stops,
@@ -46,6 +46,7 @@ from evalsweep.models._tokens import (
     resolve_max_length,
     sampling_seed,
 )
+from evalsweep.options import DTYPE_CHOICES, DTYPES
 from evalsweep.requests import GenerationRequest, LoglikelihoodRequest, LoglikelihoodResult
 
 CPU_TOKEN_BUDGET = 8192
@@ -785,7 +786,7 @@ def _torch_dtype(name: str, config_dtype: Any) -> Any:
             return getattr(torch, DTYPES[config_dtype])
         return torch.float32
     if name not in DTYPES:
-        raise BackendError(f"--dtype {name!r}: choose auto, float32, float16 or bfloat16")
+        raise BackendError(f"--dtype {name!r}: choose {DTYPE_CHOICES}")
     return getattr(torch, DTYPES[name])
 
 

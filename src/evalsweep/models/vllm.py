@@ -52,7 +52,6 @@ from typing import Any
 
 from evalsweep.checkpoints import WEIGHT_PATTERNS, ResolvedCheckpoint
 from evalsweep.errors import BackendError, CheckpointError, EvalsweepError
-from evalsweep.models._base import DTYPES as BASE_DTYPES
 from evalsweep.models._base import BackendOptions, ProgressCallback
 from evalsweep.models._tokens import (
     PairEncoder,
@@ -62,6 +61,8 @@ from evalsweep.models._tokens import (
     sampling_seed,
     tokenizer_source,
 )
+from evalsweep.options import DTYPE_CHOICES
+from evalsweep.options import DTYPES as BASE_DTYPES
 from evalsweep.requests import GenerationRequest, LoglikelihoodRequest, LoglikelihoodResult
 
 CHUNK = 512  # requests per LLM.generate call: progress updates without starving the batcher
@@ -304,7 +305,7 @@ def _import_vllm() -> Any:
 
 def _check_dtype(options: BackendOptions) -> None:
     if options.dtype not in DTYPES:
-        raise BackendError(f"--dtype {options.dtype!r}: choose auto, float32, float16 or bfloat16")
+        raise BackendError(f"--dtype {options.dtype!r}: choose {DTYPE_CHOICES}")
 
 
 def _engine_kwargs(
