@@ -463,3 +463,19 @@ def test_fractional_scores_get_a_t_interval_clipped_to_the_unit_interval() -> No
     assert summary.ci_method == "t"
     assert summary.ci_high == 1.0
     assert summary.ci_low < summary.mean
+
+
+def test_every_method_the_paired_test_reports_has_words_for_reports() -> None:
+    from evalsweep.stats import TEST_NAMES
+
+    rng = np.random.default_rng(3)
+    binary_a, binary_b = rng.integers(0, 2, 50), rng.integers(0, 2, 50)
+    few = ([0.1, 0.5, 0.9, 0.2], [0.3, 0.5, 0.4, 0.8])
+    many_a, many_b = rng.random(200), rng.random(200)
+    methods = {
+        paired_compare(binary_a, binary_b).method,
+        paired_compare(binary_a, binary_b, mid_p=True).method,
+        paired_compare(*few).method,
+        paired_compare(many_a, many_b, permutations=200).method,
+    }
+    assert methods == set(TEST_NAMES)

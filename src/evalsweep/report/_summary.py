@@ -29,7 +29,7 @@ from evalsweep.report._numbers import finite as _finite
 from evalsweep.report._numbers import p_value as format_p
 from evalsweep.report._schema import ResultDocument
 from evalsweep.report._table import MARKS, SHORT, display_names
-from evalsweep.stats import DEFAULT_ALPHA, Comparison, Verdict, label_noise_note
+from evalsweep.stats import DEFAULT_ALPHA, TEST_NAMES, Comparison, Verdict, label_noise_note
 
 _MOVED = (Verdict.REGRESSION, Verdict.IMPROVEMENT)
 LineKind = Literal["legend", "regression", "improvement", "unchanged", "note"]
@@ -124,15 +124,6 @@ def verdict_summary(document: ResultDocument) -> list[SummaryLine]:
                     )
                 )
     return lines
-
-
-#: How a report names each paired test (:attr:`Comparison.test`).
-TEST_NAMES = {
-    "mcnemar-exact": "exact McNemar test",
-    "mcnemar-mid-p": "mid-p McNemar test",
-    "sign-flip-exact": "exact sign-flip test",
-    "sign-flip-monte-carlo": "sign-flip permutation test",
-}
 
 
 def test_label(test: str | None) -> str:

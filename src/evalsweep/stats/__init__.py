@@ -18,7 +18,7 @@ from evalsweep.stats._compare import (
     compare_sweep,
     label_noise_note,
 )
-from evalsweep.stats._paired import PairedComparison, PairedTest, paired_compare
+from evalsweep.stats._paired import TEST_NAMES, PairedComparison, PairedTest, paired_compare
 from evalsweep.stats._passk import pass_at_k
 from evalsweep.stats._power import minimum_detectable_effect, questions_needed
 from evalsweep.stats._single import ScoreSummary, stratified_se, summarize_scores
@@ -27,6 +27,7 @@ from evalsweep.stats._verdict import DEFAULT_ALPHA, Verdict, decide_verdict
 
 __all__ = [
     "DEFAULT_ALPHA",
+    "TEST_NAMES",
     "LabelNoise",
     "AdjustMethod",
     "Comparison",

@@ -33,6 +33,15 @@ from evalsweep.stats._validate import Scores, as_scores, is_binary
 PairedTest = Literal["auto", "mcnemar", "sign-flip"]
 FloatArray = npt.NDArray[np.float64]
 
+#: Every method :func:`paired_compare` can report (:attr:`PairedComparison.method`), with
+#: the words a report uses for it. A new paired test adds its entry here, beside its code.
+TEST_NAMES = {
+    "mcnemar-exact": "exact McNemar test",
+    "mcnemar-mid-p": "mid-p McNemar test",
+    "sign-flip-exact": "exact sign-flip test",
+    "sign-flip-monte-carlo": "sign-flip permutation test",
+}
+
 _CHUNK_CELLS = 1 << 22  # resampling works in blocks of ~4M cells to bound memory
 
 
