@@ -13,9 +13,8 @@ import dataclasses
 import signal
 from typing import Any
 
+from ._runtime.exit_codes import SETUP_FAILED, SETUP_FAILED_LINE
 from ._types import ExecutionRequest, SampleVerdict
-
-SETUP_FAILED = 125
 
 
 def _signal_name(number: int) -> str:
@@ -108,9 +107,7 @@ def _decide_run(
         return SampleVerdict(
             "error", "output limit", f"wrote more than the limit ({total} bytes seen)"
         )
-    if sample.get("exit_code") == SETUP_FAILED and "sandbox setup failed" in sample.get(
-        "stderr", ""
-    ):
+    if sample.get("exit_code") == SETUP_FAILED and SETUP_FAILED_LINE in sample.get("stderr", ""):
         return SampleVerdict("error", "sandbox setup", sample.get("stderr", "").strip()[-500:])
     cpu_limit = float(request.limits.cpu_seconds()) if request.limits is not None else float("inf")
     if request.test is not None:

@@ -65,7 +65,11 @@
 
 #define MAX_FDS 16
 #define READ_CHUNK 65536
-#define EXIT_UNCLEAN 3
+/* Exit statuses, defined once in exit_codes.py; setup.py passes them as macros. */
+#if !defined(EVALSWEEP_SETUP_FAILED) || !defined(EVALSWEEP_UNCLEAN) ||                          \
+    !defined(EVALSWEEP_SETUP_FAILED_LINE)
+#error "build through setup.py: the exit statuses come from exit_codes.py"
+#endif
 
 /* control.RUN: "<4sQdQQQQIII"; serve() checks the size against Python's. */
 #define RUN_SIZE 64
@@ -616,11 +620,11 @@ static void become_sample(PyObject *child, const Confinement *plan, const unsign
     const char *failed_step = apply_confinement(plan);
     if (failed_step != NULL) {
         char text[160];
-        int size = snprintf(text, sizeof text, "evalsweep: sandbox setup failed: %s: %s\n",
+        int size = snprintf(text, sizeof text, EVALSWEEP_SETUP_FAILED_LINE ": %s: %s\n",
                             failed_step, strerror(errno));
         if (write(2, text, (size_t)size) < 0) {
         }
-        _exit(125);
+        _exit(EVALSWEEP_SETUP_FAILED);
     }
     PyObject *result = PyObject_CallFunction(
         child, "y#y#y#OO", (const char *)message, (Py_ssize_t)message_size,
@@ -628,10 +632,10 @@ static void become_sample(PyObject *child, const Confinement *plan, const unsign
         (Py_ssize_t)stdin_size, has_channel ? Py_True : Py_False, Py_True);
     /* ``child`` exits by itself; reaching here is a failure of the sandbox's own code. */
     Py_XDECREF(result);
-    static const char failed[] = "evalsweep: sandbox setup failed in the sample loop\n";
+    static const char failed[] = EVALSWEEP_SETUP_FAILED_LINE " in the sample loop\n";
     if (write(2, failed, sizeof failed - 1) < 0) {
     }
-    _exit(125);
+    _exit(EVALSWEEP_SETUP_FAILED);
 }
 
 static PyObject *serve(PyObject *module, PyObject *args) {
@@ -780,7 +784,7 @@ static PyObject *serve(PyObject *module, PyObject *args) {
         if (failed)
             parent_gone();
         if (!clean)
-            _exit(EXIT_UNCLEAN); /* something survived SIGKILL: let the parent replace us */
+            _exit(EVALSWEEP_UNCLEAN); /* something survived SIGKILL: let the parent replace us */
     }
 }
 
@@ -798,4 +802,16 @@ static struct PyModuleDef module = {
     -1, methods, NULL, NULL, NULL, NULL,
 };
 
-PyMODINIT_FUNC PyInit__sampleloop(void) { return PyModule_Create(&module); }
+/* The statuses it was built with, exported so a test can check them against exit_codes.py. */
+PyMODINIT_FUNC PyInit__sampleloop(void) {
+    PyObject *built = PyModule_Create(&module);
+    if (built == NULL)
+        return NULL;
+    if (PyModule_AddIntConstant(built, "SETUP_FAILED", EVALSWEEP_SETUP_FAILED) < 0 ||
+        PyModule_AddIntConstant(built, "UNCLEAN", EVALSWEEP_UNCLEAN) < 0 ||
+        PyModule_AddStringConstant(built, "SETUP_FAILED_LINE", EVALSWEEP_SETUP_FAILED_LINE) < 0) {
+        Py_DECREF(built);
+        return NULL;
+    }
+    return built;
+}

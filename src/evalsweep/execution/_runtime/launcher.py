@@ -26,6 +26,7 @@ from typing import NoReturn
 
 from . import zygote
 from .control import LAUNCH, LAUNCHED
+from .exit_codes import SETUP_FAILED
 
 
 def _reap(_signum: int, _frame: object) -> None:
@@ -76,5 +77,5 @@ def _become_zygote(sock: socket.socket, devnull: int, ctl: int, log: int) -> NoR
         os.closerange(3, keep)
         os.closerange(keep + 1, 1 << 20)
     except BaseException:
-        os._exit(125)
+        os._exit(SETUP_FAILED)
     zygote.serve_control(keep)

@@ -31,6 +31,7 @@ import time
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from . import confine, control, jail, plain, sample, supervise
+from .exit_codes import SETUP_FAILED, SETUP_FAILED_LINE, UNCLEAN
 
 try:
     from . import _sampleloop  # type: ignore[attr-defined]
@@ -39,8 +40,6 @@ except ImportError:  # not built (no C compiler where evalsweep was installed)
 
 if TYPE_CHECKING:
     from .zygote import Zygote
-
-SETUP_FAILED = 125
 
 
 def uses_native_loop(zygote: Zygote) -> bool:
@@ -93,7 +92,7 @@ class SampleRole:
             payload, clean = self.run(body, fds)
             control.send_payload(z.ctl, payload)
             if not clean:  # something survived SIGKILL: let the parent replace us
-                os._exit(3)
+                os._exit(UNCLEAN)
 
     def prepare(self, prep: bytes | bytearray) -> tuple[Any, ...]:
         """New limits (marshal'd): the child's confinement plan, built before any fork.
@@ -237,7 +236,7 @@ class SampleRole:
                 signal.signal(signal.SIGINT, signal.default_int_handler)
         except BaseException as error:
             with contextlib.suppress(BaseException):
-                os.write(2, f"evalsweep: sandbox setup failed: {error!r}\n".encode())
+                os.write(2, f"{SETUP_FAILED_LINE}: {error!r}\n".encode())
             os._exit(SETUP_FAILED)
         try:
             if argv is not None:

@@ -34,8 +34,9 @@ from typing import Any, NoReturn
 
 from . import jail, linux, sample
 from .control import receive, send
+from .exit_codes import SETUP_FAILED
 from .judge_role import JudgeRole
-from .sample_role import SETUP_FAILED, SampleRole, uses_native_loop
+from .sample_role import SampleRole, uses_native_loop
 
 # --------------------------------------------------------------------------- start-up
 
