@@ -204,3 +204,16 @@ def test_speed_only_options_reuse_stored_answers_and_answer_options_do_not(
     assert [r.computed for r in reused.results] == [0]
     assert [r.computed for r in recomputed.results] == [3]
     assert reused.backend_key == made.backend_key != recomputed.backend_key
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bf16"])
+def test_a_loaded_backend_records_what_its_cache_key_names(gpt2_a: Path, dtype: str) -> None:
+    from evalsweep.checkpoints import resolve_checkpoint
+    from evalsweep.models import load_backend
+
+    keyed = spec(dtype=dtype, max_length=64)
+    backend = load_backend("hf", resolve_checkpoint(str(gpt2_a)), keyed.options)
+    try:
+        assert dict(backend.settings()) == dict(backend_cache_key(keyed).settings)
+    finally:
+        backend.close()

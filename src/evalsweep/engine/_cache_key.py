@@ -29,6 +29,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
+from evalsweep.models._base import backend_settings
 from evalsweep.options import DTYPES
 from evalsweep.store import settings_key
 
@@ -107,13 +108,13 @@ def backend_cache_key(spec: SweepSpec) -> CacheKey:
         device = "cuda" if torch.cuda.is_available() else "cpu"
     return CacheKey(
         "backend",
-        {
-            "backend": spec.backend,
-            "dtype": DTYPES.get(options.dtype, options.dtype),
-            "device_type": device.split(":")[0],
-            "trust_remote_code": options.trust_remote_code,
-            "max_length": options.max_length,
-        },
+        backend_settings(
+            spec.backend,
+            dtype=DTYPES.get(options.dtype, options.dtype),
+            device_type=device.split(":")[0],
+            max_length=options.max_length,
+            trust_remote_code=options.trust_remote_code,
+        ),
     )
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from evalsweep.checkpoints import ResolvedCheckpoint
 from evalsweep.errors import BackendError
-from evalsweep.models._base import Backend, BackendOptions, ProgressCallback
+from evalsweep.models._base import Backend, BackendOptions, ProgressCallback, backend_settings
 from evalsweep.plugins import Registry
 
 
@@ -51,5 +51,6 @@ __all__ = [
     "Backend",
     "BackendOptions",
     "ProgressCallback",
+    "backend_settings",
     "load_backend",
 ]

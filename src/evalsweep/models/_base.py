@@ -40,6 +40,29 @@ class BackendOptions:
     timeout: float = 300.0
 
 
+def backend_settings(
+    backend: str,
+    *,
+    dtype: str,
+    device_type: str,
+    max_length: int | None,
+    trust_remote_code: bool,
+) -> dict[str, object]:
+    """The settings that can change a backend's answers, in their one shape.
+
+    A loaded backend's ``settings()`` (what it resolved) and the cache key
+    (:func:`evalsweep.engine.backend_cache_key`, what the options ask for, before any model
+    loads) both build them here, so the two always name the same fields.
+    """
+    return {
+        "backend": backend,
+        "dtype": dtype,
+        "device_type": device_type,
+        "max_length": max_length,
+        "trust_remote_code": trust_remote_code,
+    }
+
+
 #: Called with the number of requests just finished, for progress bars.
 ProgressCallback = Callable[[int], None]
 

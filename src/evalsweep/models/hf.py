@@ -37,7 +37,7 @@ from evalsweep.models._arch import (
     Attention,
     plan,
 )
-from evalsweep.models._base import BackendOptions, ProgressCallback
+from evalsweep.models._base import BackendOptions, ProgressCallback, backend_settings
 from evalsweep.models._tokens import (
     PairEncoder,
     cut_at_stops,
@@ -91,13 +91,13 @@ class HFBackend:
     # -- identity -----------------------------------------------------------------
 
     def settings(self) -> Mapping[str, object]:
-        return {
-            "backend": "hf",
-            "dtype": str(self.dtype).removeprefix("torch."),
-            "device_type": self.device.type,
-            "max_length": self.max_length,
-            "trust_remote_code": self.options.trust_remote_code,
-        }
+        return backend_settings(
+            "hf",
+            dtype=str(self.dtype).removeprefix("torch."),
+            device_type=self.device.type,
+            max_length=self.max_length,
+            trust_remote_code=self.options.trust_remote_code,
+        )
 
     def describe(self) -> Mapping[str, object]:
         info: dict[str, object] = dict(self.settings())

@@ -34,7 +34,7 @@ from urllib.parse import urlsplit
 
 from evalsweep.checkpoints import ResolvedCheckpoint
 from evalsweep.errors import BackendError
-from evalsweep.models._base import BackendOptions, ProgressCallback
+from evalsweep.models._base import BackendOptions, ProgressCallback, backend_settings
 from evalsweep.models._tokens import (
     DEFAULT_MAX_LENGTH,
     PairEncoder,
@@ -92,13 +92,13 @@ class OpenAIBackend:
     # -- identity -----------------------------------------------------------------
 
     def settings(self) -> Mapping[str, object]:
-        return {
-            "backend": "openai",
-            "dtype": self.options.dtype,
-            "device_type": "remote",
-            "max_length": self.options.max_length,
-            "trust_remote_code": self.options.trust_remote_code,
-        }
+        return backend_settings(
+            "openai",
+            dtype=self.options.dtype,
+            device_type="remote",
+            max_length=self.options.max_length,
+            trust_remote_code=self.options.trust_remote_code,
+        )
 
     def describe(self) -> Mapping[str, object]:
         info: dict[str, object] = dict(self.settings())

@@ -52,7 +52,7 @@ from typing import Any
 
 from evalsweep.checkpoints import WEIGHT_PATTERNS, ResolvedCheckpoint
 from evalsweep.errors import BackendError, CheckpointError, EvalsweepError
-from evalsweep.models._base import BackendOptions, ProgressCallback
+from evalsweep.models._base import BackendOptions, ProgressCallback, backend_settings
 from evalsweep.models._tokens import (
     PairEncoder,
     cut_at_stops,
@@ -111,13 +111,13 @@ class VLLMBackend:
     # -- identity -----------------------------------------------------------------
 
     def settings(self) -> Mapping[str, object]:
-        return {
-            "backend": "vllm",
-            "dtype": self.dtype,
-            "device_type": _device_type(),
-            "max_length": self.options.max_length,
-            "trust_remote_code": self.options.trust_remote_code,
-        }
+        return backend_settings(
+            "vllm",
+            dtype=self.dtype,
+            device_type=_device_type(),
+            max_length=self.options.max_length,
+            trust_remote_code=self.options.trust_remote_code,
+        )
 
     def describe(self) -> Mapping[str, object]:
         info: dict[str, object] = dict(self.settings())

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from evalsweep.models import BackendOptions, ProgressCallback
+from evalsweep.models import BackendOptions, ProgressCallback, backend_settings
 from evalsweep.requests import GenerationRequest, LoglikelihoodRequest, LoglikelihoodResult
 
 
@@ -21,6 +21,7 @@ class ShortestBackend:
 
     def __init__(self, checkpoint: Any, options: BackendOptions) -> None:
         self.reference = checkpoint.reference
+        self.options = options
 
     def loglikelihood(
         self, requests: Sequence[LoglikelihoodRequest], progress: ProgressCallback | None = None
@@ -38,10 +39,16 @@ class ShortestBackend:
         return ["" for _ in requests]
 
     def settings(self) -> Mapping[str, object]:
-        return {}
+        return backend_settings(
+            self.name,
+            dtype="none",  # no weights
+            device_type="cpu",
+            max_length=None,
+            trust_remote_code=self.options.trust_remote_code,
+        )
 
     def describe(self) -> Mapping[str, object]:
-        return {"backend": self.name, "checkpoint": self.reference}
+        return {**self.settings(), "checkpoint": self.reference}
 
     def close(self) -> None:
         return None
