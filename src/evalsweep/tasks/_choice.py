@@ -18,7 +18,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from evalsweep.requests import LoglikelihoodRequest, LoglikelihoodResult
-from evalsweep.tasks._aggregate import mean, mean_stderr
+from evalsweep.tasks._aggregate import mean_per_metric
 from evalsweep.tasks._base import (
     AggregateScore,
     ChatPrompt,
@@ -146,8 +146,4 @@ class MultipleChoiceTask(TaskDefaults):
     def aggregate(
         self, documents: Sequence[Document], scored: Sequence[ScoredDocument]
     ) -> list[AggregateScore]:
-        rows = []
-        for key in self.metric_keys():
-            values = [result.metrics[key] for result in scored]
-            rows.append(AggregateScore(key, mean(values), mean_stderr(values), len(values)))
-        return rows
+        return mean_per_metric(self.metric_keys(), scored)

@@ -13,7 +13,7 @@ from typing import Any
 from evalsweep.errors import TaskError
 from evalsweep.requests import LoglikelihoodResult
 from evalsweep.stats import pass_at_k
-from evalsweep.tasks._aggregate import mean, mean_stderr
+from evalsweep.tasks._aggregate import mean_per_metric
 from evalsweep.tasks._base import AggregateScore, Document, MetricSpec, ScoredDocument, TaskDefaults
 
 
@@ -69,11 +69,7 @@ class CodeTask(TaskDefaults):
     def aggregate(
         self, documents: Sequence[Document], scored: Sequence[ScoredDocument]
     ) -> list[AggregateScore]:
-        rows = []
-        for spec in self.metrics:
-            values = [result.metrics[spec.key] for result in scored]
-            rows.append(AggregateScore(spec.key, mean(values), mean_stderr(values), len(values)))
-        return rows
+        return mean_per_metric([spec.key for spec in self.metrics], scored)
 
     def _sandbox(self) -> Any:
         if self._service is None:

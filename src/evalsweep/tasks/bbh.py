@@ -36,7 +36,7 @@ from typing import Any
 from evalsweep.datafiles import read_json_object
 from evalsweep.errors import DataError, TaskError
 from evalsweep.requests import GenerationRequest, LoglikelihoodResult
-from evalsweep.tasks._aggregate import mean, mean_stderr, pooled_stderr, weighted_mean
+from evalsweep.tasks._aggregate import per_subject, pooled
 from evalsweep.tasks._base import (
     AggregateScore,
     ChatPrompt,
@@ -181,19 +181,5 @@ class BBH(TaskDefaults):
     def aggregate(
         self, documents: Sequence[Document], scored: Sequence[ScoredDocument]
     ) -> list[AggregateScore]:
-        key = self.metrics[0].key
-        by_subject: dict[str, list[float]] = {}
-        for doc, result in zip(documents, scored, strict=True):
-            by_subject.setdefault(doc.subject or "", []).append(result.metrics[key])
-        rows = [
-            AggregateScore(key, mean(v), mean_stderr(v), len(v), subject, "subject")
-            for subject, v in sorted(by_subject.items())
-        ]
-        sizes = [row.n for row in rows]
-        overall = AggregateScore(
-            key,
-            weighted_mean([row.value for row in rows], sizes),
-            pooled_stderr([row.stderr for row in rows], sizes),
-            sum(sizes),
-        )
-        return [overall, *rows]
+        rows = per_subject(self.metrics[0].key, documents, scored)
+        return [pooled(rows, None, "task"), *rows]

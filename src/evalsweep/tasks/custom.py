@@ -34,7 +34,7 @@ from typing import Any
 
 from evalsweep.errors import TaskError
 from evalsweep.requests import GenerationRequest, LoglikelihoodResult
-from evalsweep.tasks._aggregate import mean, mean_stderr
+from evalsweep.tasks._aggregate import mean_per_metric
 from evalsweep.tasks._base import (
     AggregateScore,
     ChatPrompt,
@@ -420,5 +420,4 @@ class CustomGenerationTask(_CustomBase):
     def aggregate(
         self, documents: Sequence[Document], scored: Sequence[ScoredDocument]
     ) -> list[AggregateScore]:
-        values = [result.metrics["exact_match"] for result in scored]
-        return [AggregateScore("exact_match", mean(values), mean_stderr(values), len(values))]
+        return mean_per_metric(["exact_match"], scored)

@@ -18,7 +18,7 @@ from typing import Any
 
 from evalsweep.errors import DataError
 from evalsweep.requests import GenerationRequest, LoglikelihoodResult
-from evalsweep.tasks._aggregate import mean, mean_stderr
+from evalsweep.tasks._aggregate import mean_per_metric
 from evalsweep.tasks._base import (
     AggregateScore,
     ChatPrompt,
@@ -139,8 +139,4 @@ class GSM8K(TaskDefaults):
     def aggregate(
         self, documents: Sequence[Document], scored: Sequence[ScoredDocument]
     ) -> list[AggregateScore]:
-        rows = []
-        for spec in self.metrics:
-            values = [result.metrics[spec.key] for result in scored]
-            rows.append(AggregateScore(spec.key, mean(values), mean_stderr(values), len(values)))
-        return rows
+        return mean_per_metric([spec.key for spec in self.metrics], scored)

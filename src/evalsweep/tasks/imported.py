@@ -13,7 +13,7 @@ from typing import Any
 
 from evalsweep.errors import TaskError
 from evalsweep.requests import LoglikelihoodResult
-from evalsweep.tasks._aggregate import mean, mean_stderr
+from evalsweep.tasks._aggregate import mean_per_metric
 from evalsweep.tasks._base import (
     AggregateScore,
     DataSource,
@@ -55,8 +55,4 @@ class ImportedTask(TaskDefaults):
     def aggregate(
         self, documents: Sequence[Document], scored: Sequence[ScoredDocument]
     ) -> list[AggregateScore]:
-        rows = []
-        for spec in self.metrics:
-            values = [r.metrics[spec.key] for r in scored if spec.key in r.metrics]
-            rows.append(AggregateScore(spec.key, mean(values), mean_stderr(values), len(values)))
-        return rows
+        return mean_per_metric([spec.key for spec in self.metrics], scored, where_present=True)

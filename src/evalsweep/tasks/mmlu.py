@@ -17,7 +17,7 @@ from typing import Any
 
 from evalsweep.errors import DataError, TaskError
 from evalsweep.requests import LoglikelihoodRequest, LoglikelihoodResult
-from evalsweep.tasks._aggregate import mean, mean_stderr, pooled_stderr, weighted_mean
+from evalsweep.tasks._aggregate import per_subject, pooled
 from evalsweep.tasks._base import (
     AggregateScore,
     ChatPrompt,
@@ -167,37 +167,16 @@ class MMLU(TaskDefaults):
     def aggregate(
         self, documents: Sequence[Document], scored: Sequence[ScoredDocument]
     ) -> list[AggregateScore]:
-        by_subject: dict[str, list[float]] = {}
-        for doc, result in zip(documents, scored, strict=True):
-            by_subject.setdefault(doc.subject or "", []).append(result.metrics["acc"])
-        rows: list[AggregateScore] = []
+        rows = per_subject("acc", documents, scored)
         categories: dict[str, list[AggregateScore]] = {}
-        for subject in sorted(by_subject):
-            values = by_subject[subject]
-            row = AggregateScore(
-                "acc", mean(values), mean_stderr(values), len(values), subject, "subject"
-            )
-            rows.append(row)
-            categories.setdefault(CATEGORIES.get(subject, "other"), []).append(row)
+        for row in rows:
+            categories.setdefault(CATEGORIES.get(row.group or "", "other"), []).append(row)
         category_rows = [
-            _pool(items, name, "category") for name, items in sorted(categories.items())
+            pooled(items, name, "category") for name, items in sorted(categories.items())
         ]
         # lm-eval pools the group's error over its leaf subtasks (the subjects),
         # not over the category groups in between.
-        overall = _pool(rows, None, "task")
-        return [overall, *category_rows, *rows]
-
-
-def _pool(items: Sequence[AggregateScore], group: str | None, level: str) -> AggregateScore:
-    sizes = [item.n for item in items]
-    return AggregateScore(
-        "acc",
-        weighted_mean([item.value for item in items], sizes),
-        pooled_stderr([item.stderr for item in items], sizes),
-        sum(sizes),
-        group,
-        level,
-    )
+        return [pooled(rows, None, "task"), *category_rows, *rows]
 
 
 def _check_hub_row(row: Mapping[str, Any], subject: str, split: str) -> Mapping[str, Any]:
