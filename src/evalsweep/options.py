@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import click
 
+from evalsweep.dtypes import DTYPE_CHOICES
 from evalsweep.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -44,14 +45,6 @@ Lands = Literal["spec", "backend", "chat", "code", "job", "selection", "presenta
 #: ``flag`` (present or not), ``switch`` (``--x/--no-x``; ``None`` when neither),
 #: ``batch`` (a number or ``auto``), ``ks`` (comma-separated whole numbers).
 Kind = Literal["text", "int", "float", "folder", "file", "flag", "switch", "batch", "ks"]
-
-
-#: The dtype names a user may give (``--dtype``), each to its canonical name;
-#: ``auto`` (the checkpoint's own dtype) is resolved by each backend.
-DTYPES = {"float32": "float32", "fp32": "float32", "float16": "float16", "fp16": "float16",
-          "half": "float16", "bfloat16": "bfloat16", "bf16": "bfloat16"}  # fmt: skip
-#: The ``--dtype`` choices as the help and the errors name them.
-DTYPE_CHOICES = "auto, float32, float16 or bfloat16"
 
 
 @dataclass(frozen=True)

@@ -29,8 +29,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
+from evalsweep.dtypes import DTYPES
 from evalsweep.models._base import backend_settings
-from evalsweep.options import DTYPES
 from evalsweep.store import settings_key
 
 if TYPE_CHECKING:

@@ -12,8 +12,14 @@ an installed package adds its own through the entry point group
 from __future__ import annotations
 
 from evalsweep.checkpoints import ResolvedCheckpoint
+from evalsweep.dtypes import DTYPE_CHOICES, DTYPES
 from evalsweep.errors import BackendError
-from evalsweep.models._base import Backend, BackendOptions, ProgressCallback, backend_settings
+from evalsweep.models._base import (
+    Backend,
+    BackendOptions,
+    ProgressCallback,
+    backend_settings,
+)
 from evalsweep.plugins import Registry
 
 
@@ -48,6 +54,8 @@ def load_backend(name: str, checkpoint: ResolvedCheckpoint, options: BackendOpti
 
 __all__ = [
     "BACKENDS",
+    "DTYPES",
+    "DTYPE_CHOICES",
     "Backend",
     "BackendOptions",
     "ProgressCallback",

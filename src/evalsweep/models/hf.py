@@ -28,6 +28,7 @@ from dataclasses import replace
 from typing import Any
 
 from evalsweep.checkpoints import ResolvedCheckpoint
+from evalsweep.dtypes import DTYPE_CHOICES, DTYPES
 from evalsweep.errors import BackendError, CheckpointError
 from evalsweep.models._arch import (
     FULL_FORWARD,
@@ -37,7 +38,11 @@ from evalsweep.models._arch import (
     Attention,
     plan,
 )
-from evalsweep.models._base import BackendOptions, ProgressCallback, backend_settings
+from evalsweep.models._base import (
+    BackendOptions,
+    ProgressCallback,
+    backend_settings,
+)
 from evalsweep.models._tokens import (
     PairEncoder,
     cut_at_stops,
@@ -46,7 +51,6 @@ from evalsweep.models._tokens import (
     resolve_max_length,
     sampling_seed,
 )
-from evalsweep.options import DTYPE_CHOICES, DTYPES
 from evalsweep.requests import GenerationRequest, LoglikelihoodRequest, LoglikelihoodResult
 
 CPU_TOKEN_BUDGET = 8192

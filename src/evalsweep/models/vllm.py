@@ -51,6 +51,8 @@ from pathlib import Path
 from typing import Any
 
 from evalsweep.checkpoints import WEIGHT_PATTERNS, ResolvedCheckpoint
+from evalsweep.dtypes import DTYPE_CHOICES
+from evalsweep.dtypes import DTYPES as BASE_DTYPES
 from evalsweep.errors import BackendError, CheckpointError, EvalsweepError
 from evalsweep.models._base import BackendOptions, ProgressCallback, backend_settings
 from evalsweep.models._tokens import (
@@ -61,8 +63,6 @@ from evalsweep.models._tokens import (
     sampling_seed,
     tokenizer_source,
 )
-from evalsweep.options import DTYPE_CHOICES
-from evalsweep.options import DTYPES as BASE_DTYPES
 from evalsweep.requests import GenerationRequest, LoglikelihoodRequest, LoglikelihoodResult
 
 CHUNK = 512  # requests per LLM.generate call: progress updates without starving the batcher
