@@ -16,8 +16,9 @@ import pytest
 from click.testing import CliRunner
 
 import evalsweep
+from evalsweep import _numbers
 from evalsweep.cli import main
-from evalsweep.report import _html, _markdown, _numbers
+from evalsweep.report import _html, _markdown
 
 ROOT = Path(__file__).resolve().parents[1]
 V1_STORE = Path(__file__).parent / "data" / "stores" / "v1.sqlite"

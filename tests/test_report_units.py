@@ -4,7 +4,7 @@ One training run of three checkpoints is compared by the real paired tests; the 
 comparison is then rendered as the terminal table, its legend and summary lines, the
 trend view and its lines, ``watch``'s line, Markdown and HTML. Each view must state
 each difference in percentage points with the unit written after it, exactly as
-:func:`evalsweep.report._numbers.difference` writes it: never a bare number, a
+:func:`evalsweep._numbers.difference` writes it: never a bare number, a
 percent sign or another precision.
 """
 
@@ -16,6 +16,7 @@ import re
 import pytest
 from rich.console import Console
 
+from evalsweep._numbers import UNIT, difference
 from evalsweep.cli._watch import _verdict_line
 from evalsweep.report import (
     ResultDocument,
@@ -26,7 +27,6 @@ from evalsweep.report import (
     render_trend,
     trends,
 )
-from evalsweep.report._numbers import UNIT, difference
 from evalsweep.report._schema import Settings
 from evalsweep.report._summary import verdict_summary
 from evalsweep.report._trend import trend_summary

@@ -247,7 +247,7 @@ def _score(
 
 
 def _verdict_line(trend: Any, point: Any) -> str:
-    from evalsweep.report._numbers import difference, fixed, p_value
+    from evalsweep._numbers import difference, fixed, p_value
     from evalsweep.report._table import MARKS
 
     text = f"{trend.title}: {fixed(point.value)}"

@@ -204,7 +204,7 @@ def story(paths: Sequence[Path], lessons: Sequence[Lesson] = LESSONS) -> list[st
 
 def verdict_line(document: ResultDocument) -> str:
     """The demo's last word: the regression it caught, or plainly that this seed showed none."""
-    from evalsweep.report._numbers import difference
+    from evalsweep._numbers import difference
     from evalsweep.report._summary import format_p
 
     regressions = [c for c in document.comparisons if c.verdict == "regression"]

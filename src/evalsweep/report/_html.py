@@ -22,13 +22,13 @@ from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
+from evalsweep._numbers import PER_SCORE, UNIT, difference, interval
+from evalsweep._numbers import finite as _finite
+from evalsweep._numbers import fixed as _fmt
+from evalsweep._numbers import p_value as _p
 from evalsweep.errors import EvalsweepError
 from evalsweep.report._document import _atomic_write
 from evalsweep.report._html_trend import trend_section
-from evalsweep.report._numbers import PER_SCORE, UNIT, difference, interval
-from evalsweep.report._numbers import finite as _finite
-from evalsweep.report._numbers import fixed as _fmt
-from evalsweep.report._numbers import p_value as _p
 from evalsweep.report._schema import ResultDocument, ResultRow, TaskSettings, document_json
 from evalsweep.report._summary import test_label
 from evalsweep.report._table import SHORT, display_names

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from types import ModuleType
 from typing import Any
 
-from evalsweep.report._numbers import difference, fixed, p_value
+from evalsweep._numbers import difference, fixed, p_value
 from evalsweep.report._schema import ResultDocument
 from evalsweep.report._trend import Trend, TrendPoint, best_summary, trends
 from evalsweep.stats import Comparison

@@ -12,9 +12,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from evalsweep.report._numbers import difference, interval
-from evalsweep.report._numbers import fixed as _fmt
-from evalsweep.report._numbers import p_value as _p
+from evalsweep._numbers import difference, interval
+from evalsweep._numbers import fixed as _fmt
+from evalsweep._numbers import p_value as _p
 from evalsweep.report._schema import ResultDocument, ResultRow
 from evalsweep.report._summary import verdict_summary
 from evalsweep.report._table import SHORT, display_names

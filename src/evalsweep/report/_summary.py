@@ -24,9 +24,9 @@ from typing import Any, Literal
 
 from rich.text import Text
 
-from evalsweep.report._numbers import difference, interval, size
-from evalsweep.report._numbers import finite as _finite
-from evalsweep.report._numbers import p_value as format_p
+from evalsweep._numbers import difference, interval, size
+from evalsweep._numbers import finite as _finite
+from evalsweep._numbers import p_value as format_p
 from evalsweep.report._schema import ResultDocument
 from evalsweep.report._table import MARKS, SHORT, display_names
 from evalsweep.stats import DEFAULT_ALPHA, TEST_NAMES, Comparison, Verdict, label_noise_note

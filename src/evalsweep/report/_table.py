@@ -17,7 +17,7 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from evalsweep.report._numbers import difference
+from evalsweep._numbers import difference
 from evalsweep.report._schema import ResultRow
 from evalsweep.stats import Comparison
 from evalsweep.text import visible

@@ -23,7 +23,7 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
-from evalsweep.report._numbers import difference, finite, fixed, p_value
+from evalsweep._numbers import difference, finite, fixed, p_value
 from evalsweep.report._schema import ResultDocument
 from evalsweep.report._table import MARKS, SHORT, display_names
 from evalsweep.stats import Comparison, Verdict

@@ -169,7 +169,7 @@ def label_noise_note(noise: tuple[str, float] | None, delta: float) -> str | Non
     labels; on shared labels they can move a paired delta by up to about that much, so a
     smaller difference (even a significant one) should be checked against them.
     """
-    from evalsweep.report._numbers import size
+    from evalsweep._numbers import size
 
     if noise is not None and abs(delta) <= noise[1]:
         return (
@@ -186,7 +186,7 @@ def _note(
     verdict: Verdict,
     margin: float,
 ) -> str | None:
-    from evalsweep.report._numbers import size
+    from evalsweep._numbers import size
 
     notes = []
     caution = label_noise_note(noise, delta)
