@@ -24,7 +24,7 @@ from click.testing import CliRunner
 from evalsweep.cli import main
 from evalsweep.codeeval import CodeEvalResult, _resultfiles, evaluate_samples_file
 from evalsweep.codeeval._evaluate import _fingerprint
-from evalsweep.codeeval._problems import read_problems, read_samples
+from evalsweep.codeproblems._problems import read_problems, read_samples
 from evalsweep.errors import DataError
 from evalsweep.execution import ExecutionService, Limits
 

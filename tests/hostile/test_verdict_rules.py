@@ -29,8 +29,8 @@ from pathlib import Path
 
 import pytest
 
-from evalsweep.codeeval._problem_code import complete_prompt
-from evalsweep.codeeval._problems import CodeSample, build_request, load_problems
+from evalsweep.codeproblems._problem_code import complete_prompt
+from evalsweep.codeproblems._problems import CodeSample, build_request, load_problems
 from evalsweep.errors import DataError
 from evalsweep.execution import (
     ExecutionRequest,

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from evalsweep.codeeval._problems import CodeSample, build_request, load_problems
+from evalsweep.codeproblems._problems import CodeSample, build_request, load_problems
 from evalsweep.execution import (
     ExecutionRequest,
     ExecutionResult,

@@ -16,10 +16,17 @@ The sandbox (:mod:`evalsweep.execution`) knows nothing of benchmarks; the
 targets (:mod:`evalsweep.compute`) nothing of code evaluation.
 """
 
+from evalsweep.codeproblems import (
+    CodeProblem,
+    CodeSample,
+    build_request,
+    load_problems,
+    load_samples,
+)
+
 from ._distributed import DistributedJudge
 from ._evaluate import estimate_pass_at_k, evaluate_samples_file
 from ._judge import Judge
-from ._problems import CodeProblem, CodeSample, build_request, load_problems, load_samples
 from ._record import (
     CodeEvalRecord,
     CodeEvalResult,

@@ -24,11 +24,11 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+from evalsweep.codeproblems import CodeSample, build_request, read_problems, read_samples
 from evalsweep.execution import ExecutionResult, Limits, SampleVerdict
 from evalsweep.execution._types import STATUSES
 
 from ._judge import Judge
-from ._problems import CodeSample, build_request, read_problems, read_samples
 from ._record import CodeEvalResult, RunRecord
 from ._resultfiles import ResultFiles, check_results_path
 

@@ -46,7 +46,7 @@ class CodeTask(TaskDefaults):
     def score(
         self, document: Document, responses: Sequence[LoglikelihoodResult] | Sequence[str]
     ) -> ScoredDocument:
-        from evalsweep.codeeval import CodeSample, build_request
+        from evalsweep.codeproblems import CodeSample, build_request
 
         problem = self._problems[document.key]
         requests = [

@@ -30,7 +30,7 @@ class HumanEval(CodeTask):
     default_num_fewshot = 0
 
     def load(self, source: DataSource, limit: int | None) -> TaskData:
-        from evalsweep.codeeval import load_problems
+        from evalsweep.codeproblems import load_problems
 
         if source.data_dir is None:
             from evalsweep.tasks._data import load_hub_split

@@ -61,7 +61,7 @@ class MBPP(CodeTask):
     whole_program = True
 
     def load(self, source: DataSource, limit: int | None) -> TaskData:
-        from evalsweep.codeeval import load_problems
+        from evalsweep.codeproblems import load_problems
 
         if source.data_dir is None:
             rows = load_hub_split("google-research-datasets/mbpp", "full", "test")

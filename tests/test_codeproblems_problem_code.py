@@ -7,12 +7,12 @@ from pathlib import Path
 
 import pytest
 
-from evalsweep.codeeval._problem_code import (
+from evalsweep.codeproblems._problem_code import (
     complete_prompt,
     defined_names,
     reference_prelude,
 )
-from evalsweep.codeeval._problems import CodeSample, build_request, load_problems
+from evalsweep.codeproblems._problems import CodeSample, build_request, load_problems
 from evalsweep.errors import DataError
 from evalsweep.execution import ExecutionRequest, FunctionTest
 from evalsweep.execution._runtime import wire
