@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import click
 
 from evalsweep.errors import ConfigError
+from evalsweep.secrets import is_setting_name
 
 if TYPE_CHECKING:
     from evalsweep.engine import SweepSpec
@@ -602,10 +603,11 @@ def words_only_environment(
 ) -> dict[str, str]:
     """``environment`` (and ``added`` over it: secrets for a job) without the variables of
     :func:`environment_names` and without any ``added`` name of evalsweep's own
-    (``EVALSWEEP_*``), which would change what runs (task folders, data) behind the words."""
+    (``EVALSWEEP_*``, :func:`evalsweep.secrets.is_setting_name`), which would change what
+    runs (task folders, data) behind the words."""
     result = dict(environment)
     for name, value in (added or {}).items():
-        if not name.startswith("EVALSWEEP_"):
+        if not is_setting_name(name):
             result[name] = value
     for name in environment_names():
         result.pop(name, None)

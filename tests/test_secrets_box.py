@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from evalsweep.agent import SecretBox
 from evalsweep.agent._schema import ensure_agent_tables
 from evalsweep.errors import ConfigError
+from evalsweep.secrets import SecretBox
 from evalsweep.store import Store
 
 
