@@ -15,7 +15,6 @@ modules.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import re
 from collections.abc import Callable, Mapping
@@ -123,8 +122,11 @@ class SecretBox:
         return {str(k): str(v) for k, v in data.items()}
 
     def _write(self, tokens: dict[str, str]) -> None:
-        self.directory.mkdir(parents=True, exist_ok=True)
-        atomic_write(self.path, json.dumps(tokens, indent=1, sort_keys=True), mode=0o600)
+        try:
+            self.directory.mkdir(parents=True, exist_ok=True)
+            atomic_write(self.path, json.dumps(tokens, indent=1, sort_keys=True), mode=0o600)
+        except OSError as exc:
+            raise ConfigError(f"cannot write secrets {self.path} ({exc.strerror})") from None
         self._cache = None
 
     def _fernet(self, *, create: bool) -> Fernet:
@@ -133,13 +135,25 @@ class SecretBox:
         if not self.key_path.is_file():
             if not create:
                 raise ConfigError(f"secret key {self.key_path} is missing")
-            self.directory.mkdir(parents=True, exist_ok=True)
-            with contextlib.suppress(FileExistsError):  # another process made it first
+            try:
+                self.directory.mkdir(parents=True, exist_ok=True)
                 atomic_write(self.key_path, Fernet.generate_key(), mode=0o600, exclusive=True)
-        mode = self.key_path.stat().st_mode & 0o777
+            except FileExistsError:
+                pass  # another process made it first: theirs is the key
+            except OSError as exc:
+                raise ConfigError(
+                    f"cannot create the secret key {self.key_path} ({exc.strerror})"
+                ) from None
+        try:
+            mode = self.key_path.stat().st_mode & 0o777
+            key = self.key_path.read_bytes().strip()
+        except OSError as exc:
+            raise ConfigError(
+                f"cannot read the secret key {self.key_path} ({exc.strerror})"
+            ) from None
         if mode & 0o077:
             raise ConfigError(f"secret key {self.key_path} is readable by others (mode {mode:o})")
-        return Fernet(self.key_path.read_bytes().strip())
+        return Fernet(key)
 
 
 def redactor(values: Mapping[str, str]) -> Callable[[str], str]:
