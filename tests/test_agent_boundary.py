@@ -514,7 +514,7 @@ async def test_over_stdio_the_rule_the_template_sandbox_and_the_audit_hold(
 async def test_a_tool_name_or_argument_name_is_never_echoed_and_cannot_forge_audit_lines(
     agent_env: Path, store_path: Path
 ) -> None:
-    from evalsweep.agent import SecretBox
+    from evalsweep.secrets import SecretBox
 
     secret = "hf_SuperSecret42xyz"
     SecretBox().set("HF_TOKEN", secret)
@@ -735,7 +735,7 @@ async def test_a_task_file_changed_after_the_start_is_refused_by_the_job(
 async def test_no_error_confirms_a_guess_at_a_secret(
     agent_env: Path, store_path: Path, shape: str
 ) -> None:
-    from evalsweep.agent import SecretBox
+    from evalsweep.secrets import SecretBox
 
     secret = "hf_SuperSecretValue123"
     SecretBox().set("HF_TOKEN", secret)
@@ -767,7 +767,7 @@ async def test_no_error_confirms_a_guess_at_a_secret(
 async def test_the_audit_masks_a_secret_whatever_characters_it_holds(
     agent_env: Path, store_path: Path, secret: str
 ) -> None:
-    from evalsweep.agent import SecretBox
+    from evalsweep.secrets import SecretBox
 
     SecretBox().set("ODD_TOKEN", secret)
     async with Client(build_server(store_path, config={})) as client:
@@ -864,7 +864,7 @@ def test_a_template_cannot_take_the_memory_or_the_time(tmp_path: Path, template:
 async def test_the_audit_keeps_every_argument_and_tells_a_mask_from_text_that_looks_like_one(
     agent_env: Path, store_path: Path
 ) -> None:
-    from evalsweep.agent import SecretBox
+    from evalsweep.secrets import SecretBox
 
     secret = "hunter2secret"
     SecretBox().set("MYTOKEN", secret)

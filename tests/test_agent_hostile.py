@@ -19,8 +19,9 @@ from typing import Any
 import pytest
 from mcp import Client
 
-from evalsweep.agent import SecretBox, build_server
+from evalsweep.agent import build_server
 from evalsweep.agent._jobs import job_command
+from evalsweep.secrets import SecretBox
 
 TASK = "mmlu_abstract_algebra"
 

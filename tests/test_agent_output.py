@@ -182,8 +182,8 @@ def test_log_pages_never_split_a_character_or_a_secret(tmp_path: Path) -> None:
     """Every page size, every start: pages join into the redacted log, none holds a piece
     of a secret or half a character (including a secret the job did not know about)."""
     from evalsweep.agent._jobs import Jobs
-    from evalsweep.agent._secrets import SecretBox
     from evalsweep.agent._settings import AgentSettings
+    from evalsweep.secrets import SecretBox
 
     box = SecretBox(tmp_path / "config")
     box.set("KEY", "secretvalue123")

@@ -310,10 +310,10 @@ def test_secrets_reach_the_remote_run_by_name_and_nothing_records_their_value(
     data_dir: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from evalsweep.agent import SecretBox
     from evalsweep.compute import SweepJob, run_on_target
     from evalsweep.engine import SilentProgress, SweepSpec
     from evalsweep.report import document_json
+    from evalsweep.secrets import SecretBox
 
     monkeypatch.setenv("EVALSWEEP_CONFIG", str(tmp_path / "config.toml"))
     value = "hf_" + os.urandom(12).hex()

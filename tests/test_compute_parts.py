@@ -38,7 +38,7 @@ def test_runner_records_exact_text_exit_code_and_output_size(store_path: Path) -
 def test_runner_passes_env_and_keeps_secret_values_out_of_the_log_and_output(
     store_path: Path, tmp_path: Path
 ) -> None:
-    from evalsweep.agent import SecretBox
+    from evalsweep.secrets import SecretBox
 
     box = SecretBox(tmp_path / "secrets")
     box.set("HUB_TOKEN", "hf_s3cr3t_value")

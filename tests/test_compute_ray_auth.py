@@ -39,7 +39,7 @@ def clean(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[Path]:
 def test_the_token_comes_from_the_secret_then_rays_own_conventions(
     clean: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from evalsweep.agent import SecretBox
+    from evalsweep.secrets import SecretBox
 
     assert find_token(None) == (None, "none")
     (clean / ".ray").mkdir()

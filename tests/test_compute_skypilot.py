@@ -175,3 +175,30 @@ def test_launch_dry_run_and_lifecycle_go_as_far_as_no_cloud_account_allows(
 def test_offers_cover_the_gpus_people_ask_for() -> None:
     names = {offer.accelerator for offer in load_offers()}
     assert {"H100", "H200", "B200", "A100-80GB", "L40S"} <= names
+
+
+def test_seeding_skypilots_catalog_writes_whole_files_only_where_none_is(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from sky.catalog import common
+
+    from evalsweep.compute._skypilot import seed_skypilot_catalog
+
+    monkeypatch.setattr(common, "_ABSOLUTE_VERSIONED_CATALOG_DIR", str(tmp_path / "catalogs"))
+    sources = sorted(latest_snapshot().glob("*/vms.csv"))
+    first = tmp_path / "catalogs" / sources[0].parent.name / "vms.csv"
+    first.parent.mkdir(parents=True)
+    first.symlink_to(tmp_path / "victim")  # something there already: never written through
+    written = seed_skypilot_catalog(names=True)
+    assert not (tmp_path / "victim").exists() and first.is_symlink()
+    assert first not in written and (tmp_path / "catalogs/common/accelerators.csv") in written
+    for path in written:
+        if path.name == "vms.csv":
+            assert (
+                path.read_bytes() == (latest_snapshot() / path.parent.name / "vms.csv").read_bytes()
+            )
+    listing = (tmp_path / "catalogs/common/accelerators.csv").read_bytes()
+    assert listing.startswith(b"AcceleratorName,Clouds\r\n")
+    assert seed_skypilot_catalog(names=True) == []  # already there: untouched
+    hidden = [p for p in (tmp_path / "catalogs").rglob(".*")]
+    assert hidden == []

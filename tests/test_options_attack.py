@@ -25,7 +25,7 @@ import pytest
 from click.testing import CliRunner
 from mcp import Client
 
-from evalsweep.agent import SecretBox, build_server
+from evalsweep.agent import build_server
 from evalsweep.agent._jobs import job_command
 from evalsweep.agent._options import quoted_spec
 from evalsweep.agent._quotes import load_quote
@@ -43,6 +43,7 @@ from evalsweep.options import (
     to_argv,
     words_only_environment,
 )
+from evalsweep.secrets import SecretBox
 from evalsweep.store import Store
 from evalsweep.tasks import HumanEval
 

@@ -31,6 +31,7 @@ import click
 
 from evalsweep.dtypes import DTYPE_CHOICES
 from evalsweep.errors import ConfigError
+from evalsweep.secrets import is_setting_name
 
 if TYPE_CHECKING:
     from evalsweep.engine import SweepSpec
@@ -595,10 +596,11 @@ def words_only_environment(
 ) -> dict[str, str]:
     """``environment`` (and ``added`` over it: secrets for a job) without the variables of
     :func:`environment_names` and without any ``added`` name of evalsweep's own
-    (``EVALSWEEP_*``), which would change what runs (task folders, data) behind the words."""
+    (``EVALSWEEP_*``, :func:`evalsweep.secrets.is_setting_name`), which would change what
+    runs (task folders, data) behind the words."""
     result = dict(environment)
     for name, value in (added or {}).items():
-        if not name.startswith("EVALSWEEP_"):
+        if not is_setting_name(name):
             result[name] = value
     for name in environment_names():
         result.pop(name, None)

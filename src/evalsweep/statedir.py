@@ -16,6 +16,7 @@ import secrets
 import stat
 from pathlib import Path
 
+from evalsweep._atomic import atomic_write
 from evalsweep.datafiles import display_path
 
 KEY_BYTES = 32
@@ -86,25 +87,11 @@ def user_key(name: str) -> bytes:
         key = _read_key(directory, name, shown)
         if key is not None:
             return key
-        temporary = f".{name}.{secrets.token_hex(8)}.tmp"
         try:
-            fd = os.open(
-                temporary,
-                os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
-                0o600,
-                dir_fd=directory,
-            )
-            try:
-                os.write(fd, secrets.token_bytes(KEY_BYTES))
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-            try:
-                os.link(temporary, name, src_dir_fd=directory, dst_dir_fd=directory)
-            except FileExistsError:
-                pass  # another run made it first: use theirs
-            finally:
-                os.unlink(temporary, dir_fd=directory)
+            atomic_write(name, secrets.token_bytes(KEY_BYTES), mode=0o600, dir_fd=directory,
+                         exclusive=True)  # fmt: skip
+        except FileExistsError:
+            pass  # another run made it first: use theirs
         except OSError as error:
             raise KeyUnavailable(f"key {shown} cannot be created ({error.strerror})") from None
         key = _read_key(directory, name, shown)

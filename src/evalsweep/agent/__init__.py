@@ -19,7 +19,6 @@ from typing import Any
 # and must start in a fraction of a second, without the MCP SDK.
 _EXPORTS = {
     "AgentSettings": "_settings",
-    "SecretBox": "_secrets",
     "approve_quote": "_approvals",
     "build_server": "_server",
     "describe_quote": "_approvals",

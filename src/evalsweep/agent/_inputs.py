@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from evalsweep import text
-from evalsweep.agent._secrets import MIN_LENGTH
 from evalsweep.errors import EvalsweepError
+from evalsweep.secrets import MIN_LENGTH
 
 #: Longest reference accepted (bytes, UTF-8) and longest path component (the usual NAME_MAX).
 MAX_REFERENCE_BYTES = 4096
@@ -212,7 +212,7 @@ def unechoed(message: str, arguments: dict[str, Any]) -> str:
     error says then depends on the arguments only, never on whether one of them is a stored
     secret (whose values are at least ``MIN_LENGTH`` characters), so masking secrets after
     this cannot confirm a guess."""
-    from evalsweep.agent._secrets import encoded_forms
+    from evalsweep.secrets import encoded_forms
 
     pairs = [(form, label) for value, label in argument_labels(arguments)
              for form in encoded_forms(value)]  # fmt: skip

@@ -33,12 +33,12 @@ from evalsweep.agent._estimate import progress
 from evalsweep.agent._options import quoted_spec
 from evalsweep.agent._quotes import GateError, Quote
 from evalsweep.agent._schema import ensure_agent_tables
-from evalsweep.agent._secrets import SecretBox
 from evalsweep.agent._settings import AgentSettings
 from evalsweep.agent._supervise import REDACT_ENV
 from evalsweep.errors import EvalsweepError
 from evalsweep.options import to_argv, words_only_environment
 from evalsweep.runs import pinned_value
+from evalsweep.secrets import SecretBox
 from evalsweep.store import Store
 from evalsweep.text import visible
 

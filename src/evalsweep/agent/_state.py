@@ -45,7 +45,6 @@ from evalsweep.agent._approvals import (
 from evalsweep.agent._inputs import QUOTE_ID, InputError, check_id, unechoed
 from evalsweep.agent._jobs import Jobs
 from evalsweep.agent._quotes import GateError, Quote, load_quote
-from evalsweep.agent._secrets import SecretBox
 from evalsweep.agent._settings import AgentSettings
 from evalsweep.agent._tool_results import (
     LeftOut,
@@ -59,6 +58,7 @@ from evalsweep.compute import LifecycleTarget, Target, load_targets
 from evalsweep.config import load_config
 from evalsweep.errors import EvalsweepError, TargetError
 from evalsweep.options import agent_options, option
+from evalsweep.secrets import SecretBox
 from evalsweep.store import Store
 from evalsweep.text import visible
 

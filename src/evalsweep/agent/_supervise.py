@@ -23,6 +23,7 @@ import time
 from pathlib import Path
 
 from evalsweep._interval import progress_interval
+from evalsweep.secrets import redactor
 
 #: Names of the environment variables whose values must never reach the log.
 REDACT_ENV = "EVALSWEEP_REDACT_NAMES"
@@ -102,10 +103,7 @@ def main(argv: list[str] | None = None) -> int:
 
     env = dict(os.environ)
     names = [n for n in env.pop(REDACT_ENV, "").split(",") if n]
-    secrets = sorted(
-        ((env[n].encode(), f"[secret {n}]".encode()) for n in names if env.get(n)),
-        key=lambda pair: -len(pair[0]),
-    )
+    redact = redactor({n: env[n] for n in names if env.get(n)})
 
     with open(args.log, "ab", buffering=0) as log:
         if time.time() >= args.deadline:
@@ -134,9 +132,9 @@ def main(argv: list[str] | None = None) -> int:
         for raw in iter(child.stdout.readline, b""):
             line = tracker.line(raw)
             if line is not None:
-                for value, mask in secrets:
-                    line = line.replace(value, mask)
-                log.write(line)
+                # Decoded so that bytes that are not UTF-8 come back unchanged.
+                text = line.decode("utf-8", "surrogateescape")
+                log.write(redact(text).encode("utf-8", "surrogateescape"))
             log.write(tracker.flush())
         code = child.wait()
         exited["at"] = exited["at"] or time.time()

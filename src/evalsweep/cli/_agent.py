@@ -173,7 +173,7 @@ def secrets() -> None:
 @user_errors
 def secrets_set(name: str, debug: bool) -> None:
     """Store secret NAME; the value is read from the terminal (hidden) or stdin."""
-    from evalsweep.agent import SecretBox
+    from evalsweep.secrets import SecretBox
 
     if sys.stdin.isatty():
         value = click.prompt(f"value of {name}", hide_input=True)
@@ -189,7 +189,7 @@ def secrets_set(name: str, debug: bool) -> None:
 @user_errors
 def secrets_list(as_json: bool, debug: bool) -> None:
     """List the names of stored secrets (never their values)."""
-    from evalsweep.agent import SecretBox
+    from evalsweep.secrets import SecretBox
 
     names = SecretBox().names()
     if as_json:
@@ -205,7 +205,7 @@ def secrets_list(as_json: bool, debug: bool) -> None:
 @user_errors
 def secrets_remove(name: str, debug: bool) -> None:
     """Delete secret NAME."""
-    from evalsweep.agent import SecretBox
+    from evalsweep.secrets import SecretBox
 
     SecretBox().remove(name)
     say(f"removed {name}")

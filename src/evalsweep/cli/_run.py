@@ -122,6 +122,7 @@ def _environment_from_stdin() -> list[str]:
     """Secrets sent by the machine that started this run: a JSON object on stdin, into the
     environment of this process (model downloads, API calls); returns their names."""
     from evalsweep.errors import ConfigError
+    from evalsweep.secrets import check_secret_name
 
     try:
         values = json.loads(sys.stdin.readline() or "{}")
@@ -131,8 +132,8 @@ def _environment_from_stdin() -> list[str]:
         isinstance(k, str) and isinstance(v, str) for k, v in values.items()
     ):
         raise ConfigError("--env-stdin: stdin is not a JSON object of names and values")
-    if any(name.startswith("EVALSWEEP_") for name in values):
-        raise ConfigError("--env-stdin: EVALSWEEP_* settings cannot come as secrets")
+    for name in values:
+        check_secret_name(name, "--env-stdin: secret")
     os.environ.update(values)
     return sorted(values)
 

@@ -7,7 +7,11 @@ swapped underneath a run.
 * Nothing that exists is ever opened for writing. Each file is created new,
   with ``O_CREAT | O_EXCL | O_NOFOLLOW`` under a random name, and renamed into
   place. A rename replaces a directory entry: a symlink or hard link planted at
-  the final name is replaced, never written through.
+  the final name is replaced, never written through. The results file and the
+  record are written whole by :mod:`evalsweep._atomic` relative to the directory
+  descriptor; the resume file, which stays open and grows while the run lasts, is
+  created by :meth:`ResultFiles._create` by the same rule and renamed into place
+  at its start.
 * The results path must be absent or a regular file of the user's; a symlink,
   a directory or anything else there is refused before anything runs.
 * ``<results>.partial`` (one line per verdict as it is known) is reused only
@@ -22,7 +26,6 @@ swapped underneath a run.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import hmac
 import json
@@ -33,6 +36,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
+from evalsweep._atomic import atomic_file, atomic_write
 from evalsweep.datafiles import MAX_LINE_BYTES, display_path, parse_object
 from evalsweep.errors import DataError
 from evalsweep.execution import SampleVerdict
@@ -96,15 +100,10 @@ def write_beside(path: Path, data: bytes, mode: int = 0o644) -> None:
     exclusively under a random name (never through a planted link), then renamed
     into place (a link at ``path`` itself is replaced, not followed)."""
     with ResultFiles(path, "", lambda _message: None) as files:
-        handle, temporary = files._create(path.name, mode)
         try:
-            with os.fdopen(handle, "wb") as out:
-                out.write(data)
-            os.rename(temporary, files.name, src_dir_fd=files._dir, dst_dir_fd=files._dir)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.unlink(temporary, dir_fd=files._dir)
-            raise
+            atomic_write(files.name, data, mode=mode, dir_fd=files._dir)
+        except OSError as error:
+            raise DataError(f"{display_path(path)} cannot be written ({error.strerror})") from None
 
 
 class ResultFiles:
@@ -143,7 +142,9 @@ class ResultFiles:
             self._dir = -1
 
     def _create(self, stem: str, mode: int) -> tuple[int, str]:
-        """A new file under a random name beside the results, created exclusively."""
+        """A new file under a random name beside the results, created exclusively: the
+        resume file's, which is renamed into place as the run starts and written to as it
+        goes on (not a file written whole, so not :func:`evalsweep._atomic.atomic_file`)."""
         flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
         for _ in range(16):
             name = f".{stem}.{secrets.token_hex(8)}.tmp"
@@ -317,24 +318,16 @@ class ResultFiles:
 
     def write_results(self, rows: Iterable[dict[str, Any]]) -> None:
         """Write the results under a new name, rename it into place, then drop the .partial."""
-        fd, temporary = self._create(self.name, 0o666)
         try:
-            with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            with atomic_file(self.name, mode=0o666, dir_fd=self._dir) as handle:
                 for row in rows:
-                    handle.write(json.dumps(row) + "\n")
-                handle.flush()
-                os.fsync(handle.fileno())
-            os.rename(temporary, self.name, src_dir_fd=self._dir, dst_dir_fd=self._dir)
+                    handle.write((json.dumps(row) + "\n").encode("utf-8"))
         except OSError as error:
-            os.unlink(temporary, dir_fd=self._dir)
             kept = f"; verdicts so far are in {display_path(self.partial_path)}"
             raise DataError(
                 f"results path {display_path(self.path)} cannot be written ({error.strerror})"
                 + (kept if self._journal_ino else "")
             ) from None
-        # The rename made durable; a file system that cannot sync a directory keeps it anyway.
-        with contextlib.suppress(OSError):
-            os.fsync(self._dir)
         self._close_journal()
         if self._journal_ino is not None:
             found = self._lstat(self.partial_name)

@@ -23,7 +23,6 @@ from evalsweep.compute._kinds import TARGET_KINDS
 from evalsweep.compute._runner import CommandRunner
 from evalsweep.compute._ssh import SSH_FAILED, SSHTarget, _ssh_messages
 from evalsweep.errors import TargetError
-from evalsweep.plugins import resolve
 
 SLICE_COMMAND = ("-m", "evalsweep", "code-eval-slice")
 
@@ -402,19 +401,24 @@ def _ray_slots(num_cpus: float, per_node: int) -> int:
     return max(1, sum(min(per_node, int(c // num_cpus)) for c in cpus))
 
 
+#: The slice transport of each built-in target kind that can judge code samples, by the kind's
+#: name in ``TARGET_KINDS``; a package's target class gives its own as its class attribute
+#: ``slice_transport``.
+SLICE_TRANSPORTS: dict[str, Any] = {"ssh": SSHSlices, "ray": RaySlices}
+
+
 def make_transport(target: Any, runner: CommandRunner, slices_per_host: int) -> Any:
-    """The slice transport of a configured target's kind (``TARGET_KINDS``: a built-in's
-    ``slices``, a package's class attribute ``slice_transport``)."""
+    """The slice transport of a configured target's kind (a built-in's in
+    ``SLICE_TRANSPORTS``, a package's class attribute ``slice_transport``)."""
     transport = None
     kind = getattr(target, "kind", None)
     if isinstance(kind, str) and kind in TARGET_KINDS:
         target_class = TARGET_KINDS[kind]
         if isinstance(target, target_class):
-            named = TARGET_KINDS.entry(kind).details.get("slices")
-            transport = resolve(named) if named else getattr(target_class, "slice_transport", None)
+            transport = SLICE_TRANSPORTS.get(kind) or getattr(target_class, "slice_transport", None)
     if transport is not None:
         return transport(target, runner, slices_per_host)
-    able = [entry.name for entry in TARGET_KINDS.builtin_entries() if entry.details.get("slices")]
+    able = list(SLICE_TRANSPORTS)
     named = ", ".join(able[:-1]) + " or " + able[-1] if len(able) > 1 else "".join(able)
     raise TargetError(
         f"target {target.name} ({kind or type(target).__name__}) cannot judge code samples: "

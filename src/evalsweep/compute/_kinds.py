@@ -5,9 +5,10 @@ entry point group ``evalsweep.targets`` (:mod:`evalsweep.plugins`,
 ``docs/extending.md``). A kind is a class made as ``Class(name=NAME, **settings)``
 from its table (every other key of the table is a setting; a dataclass's init fields
 are the settings it allows, those without a default are required, and a ``store``
-field gets the results store). ``slices`` names the code-eval slice transport of
-the kind (``Transport(target, runner, slices_per_host)``); a package's class gives its
-own as the class attribute ``slice_transport``, or cannot judge code samples.
+field gets the results store). How a kind judges code-eval slices is code evaluation's
+business: ``evalsweep.codeeval._transports.SLICE_TRANSPORTS`` names the built-in kinds'
+transports, and a package's class gives its own as the class attribute
+``slice_transport`` (nothing here names code evaluation, which imports this table).
 
 Nothing here imports a target's module: ``evalsweep.compute`` reads this table when
 it is imported, also in a worker that judges code-eval slices.
@@ -21,9 +22,7 @@ from evalsweep.plugins import Registry
 TARGET_KINDS = Registry("target kind", "evalsweep.targets", ConfigError)
 TARGET_KINDS.add("local", "evalsweep.compute._base:LocalTarget", "this machine, in process")
 TARGET_KINDS.add("ssh", "evalsweep.compute._ssh:SSHTarget", "a machine reached over ssh",
-                 slices="evalsweep.codeeval._transports:SSHSlices",
                  needs='host = "user@host"')  # fmt: skip
 TARGET_KINDS.add("skypilot", "evalsweep.compute._skypilot:SkyPilotTarget",
                  "a cloud GPU launched, priced and torn down through SkyPilot")  # fmt: skip
-TARGET_KINDS.add("ray", "evalsweep.compute._ray:RayTarget", "a Ray cluster",
-                 slices="evalsweep.codeeval._transports:RaySlices")  # fmt: skip
+TARGET_KINDS.add("ray", "evalsweep.compute._ray:RayTarget", "a Ray cluster")

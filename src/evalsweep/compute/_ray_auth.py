@@ -37,8 +37,8 @@ def find_token(secret_name: str | None) -> tuple[str | None, str]:
         ConfigError: the named evalsweep secret does not exist.
     """
     if secret_name:
-        from evalsweep.agent._secrets import SecretBox
         from evalsweep.errors import ConfigError
+        from evalsweep.secrets import SecretBox
 
         values = SecretBox().environment()
         if secret_name not in values:

@@ -16,14 +16,15 @@ from __future__ import annotations
 
 import contextlib
 import csv
+import io
 import os
-import shutil
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
 from evalsweep import __version__
+from evalsweep._atomic import atomic_write
 from evalsweep.compute._base import SweepJob, TargetInfo, TargetRun
 from evalsweep.compute._catalog import DEFAULT_GPU, Quote, latest_snapshot, load_offers, quote
 from evalsweep.compute._cost import SpendMeter
@@ -361,7 +362,10 @@ def seed_skypilot_catalog(snapshot: Path | None = None, names: bool = False) -> 
         if destination.exists():
             continue
         destination.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(source, destination)
+        try:  # only where nothing is, whole: SkyPilot may be reading its catalog meanwhile
+            atomic_write(destination, source.read_bytes(), mode=0o666, exclusive=True)
+        except FileExistsError:
+            continue
         os.utime(destination, (stamp, stamp))
         written.append(destination)
     # Which accelerator names exist, and where: SkyPilot canonicalises names with it.
@@ -372,12 +376,14 @@ def seed_skypilot_catalog(snapshot: Path | None = None, names: bool = False) -> 
             if offer.cloud in SKYPILOT_CLOUDS:
                 clouds.setdefault(offer.accelerator, set()).add(SKYPILOT_CLOUDS[offer.cloud])
         listing.parent.mkdir(parents=True, exist_ok=True)
-        with listing.open("w", newline="", encoding="utf-8") as handle:
-            writer = csv.writer(handle)
-            writer.writerow(["AcceleratorName", "Clouds"])
-            for name, where in sorted(clouds.items()):
-                writer.writerow([name, ", ".join(sorted(where))])
-        written.append(listing)
+        rows = io.StringIO(newline="")
+        writer = csv.writer(rows)
+        writer.writerow(["AcceleratorName", "Clouds"])
+        for name, where in sorted(clouds.items()):
+            writer.writerow([name, ", ".join(sorted(where))])
+        with contextlib.suppress(FileExistsError):  # written meanwhile: theirs stays
+            atomic_write(listing, rows.getvalue(), mode=0o666, exclusive=True)
+            written.append(listing)
     return written
 
 

@@ -16,7 +16,7 @@ import json
 import shlex
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
@@ -367,8 +367,8 @@ def secret_values(names: Sequence[str]) -> dict[str, str]:
     """The values of the named evalsweep secrets (a clear error for a name not stored)."""
     if not names:
         return {}
-    from evalsweep.agent._secrets import SecretBox
     from evalsweep.errors import ConfigError
+    from evalsweep.secrets import SecretBox
 
     box = SecretBox()
     stored = box.environment()
@@ -381,16 +381,15 @@ def secret_values(names: Sequence[str]) -> dict[str, str]:
     return {name: stored[name] for name in names}
 
 
-def _redactor(values: dict[str, str]) -> Any:
+def _redactor(values: dict[str, str]) -> Callable[[str], str] | None:
+    """What hides the secrets sent to the host from the audit log and the output callers
+    get: every encoded form of each value (``evalsweep.secrets.redactor``); None without
+    secrets, so commands are recorded exactly."""
     if not values:
         return None
+    from evalsweep.secrets import redactor
 
-    def redact(text: str) -> str:
-        for name, value in sorted(values.items(), key=lambda kv: -len(kv[1])):
-            text = text.replace(value, f"[secret {name}]")
-        return text
-
-    return redact
+    return redactor(values)
 
 
 def _ssh_messages(ran: CommandResult) -> list[str]:

@@ -17,6 +17,7 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
+from evalsweep._atomic import atomic_write
 from evalsweep.errors import StoreError
 from evalsweep.jsonl import LINE_END, LineError, dumps_line, is_blank, loads_line, split_lines
 from evalsweep.store import SampleRecord, Store
@@ -135,12 +136,10 @@ def export_pieces(
             pack(selection_lines(store, references, tasks), max_bytes)
         ):
             name = f"piece-{number:05d}.jsonl"
-            (out_dir / name).write_bytes(data)
+            atomic_write(out_dir / name, data, mode=0o666)
             pieces.append(Piece(name, len(data), hashlib.sha256(data).hexdigest(), rows))
         manifest = {"format": PIECE_FORMAT, "pieces": [p.as_dict() for p in pieces]}
-        partial = out_dir / f".{MANIFEST}.partial"
-        partial.write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
-        partial.replace(out_dir / MANIFEST)
+        atomic_write(out_dir / MANIFEST, json.dumps(manifest, indent=2) + "\n", mode=0o666)
     except OSError as exc:
         raise StoreError(f"cannot write results pieces to {out_dir}: {exc.strerror}") from None
     return pieces

@@ -10,8 +10,6 @@ result can be trusted and reproduced without the terminal it was shown in.
 from __future__ import annotations
 
 import math
-import os
-import tempfile
 from collections.abc import Iterator, Sequence
 from dataclasses import asdict
 from datetime import UTC, datetime
@@ -19,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from evalsweep import __version__
+from evalsweep._atomic import atomic_write
 from evalsweep.engine import SweepResult
 from evalsweep.jsonl import dumps_lines
 from evalsweep.report._schema import (
@@ -188,8 +187,7 @@ def write_outputs(out_dir: Path, document: ResultDocument, result: SweepResult) 
     """Write ``results.json`` and ``samples.jsonl`` atomically (temp file, then rename)."""
     out_dir.mkdir(parents=True, exist_ok=True)
     _atomic_write(out_dir / "results.json", document_json(document) + "\n")
-    lines = dumps_lines(sample_lines(result)).decode("utf-8")
-    _atomic_write(out_dir / "samples.jsonl", lines)
+    _atomic_write(out_dir / "samples.jsonl", dumps_lines(sample_lines(result)))
 
 
 def write_text(path: Path, text: str) -> None:
@@ -198,15 +196,7 @@ def write_text(path: Path, text: str) -> None:
     _atomic_write(path, text)
 
 
-def _atomic_write(path: Path, text: str) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    umask = os.umask(0)
-    os.umask(umask)
-    os.chmod(tmp, 0o666 & ~umask)  # as an ordinary open() would, not mkstemp's owner-only
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+def _atomic_write(path: Path, text: str | bytes) -> None:
+    """``path`` written whole (:mod:`evalsweep._atomic`), readable as an ordinary ``open()``
+    would leave it (0666 less the umask)."""
+    atomic_write(path, text, mode=0o666)
