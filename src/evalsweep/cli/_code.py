@@ -19,6 +19,7 @@ from evalsweep.cli._shared import (
 )
 from evalsweep.options import click_option
 from evalsweep.options import k_values as parse_k_values
+from evalsweep.report._numbers import fixed
 
 
 @main.command("code-eval")
@@ -163,7 +164,7 @@ def code_eval(
     if as_json:
         click.echo(json.dumps(ran.as_dict(), indent=2, default=str))
         return
-    scores = ", ".join(f"pass@{k}: {v:.4f}" for k, v in sorted(result.pass_at_k.items()))
+    scores = ", ".join(f"pass@{k}: {fixed(v)}" for k, v in sorted(result.pass_at_k.items()))
     scores = scores or "pass@k: none"
     left_out = [f"pass@{k}" for k in sorted(set(k_values)) if k not in result.pass_at_k]
     counts = ", ".join(f"{n} {status}" for status, n in result.counts.items())
