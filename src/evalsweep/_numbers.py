@@ -2,7 +2,8 @@
 
 A score, a difference and a p-value read the same wherever a reviewer sees them
 (the terminal table and its legend, the summary lines, the trend view, ``watch``'s
-lines, Markdown and HTML): a score as a proportion (``0.6312``), a difference
+lines, Markdown and HTML): a score as a proportion (``0.6312``, its standard error
+the same way, its confidence interval ``0.584–0.731``), a difference
 between scores always in percentage points with the unit said (``-36.2 points``,
 an interval ``-51.2 to -21.2 points``, a size without sign ``12.1 points``); a
 value that is missing or not finite reads ``n/a``. Nothing else formats a
@@ -23,6 +24,13 @@ def finite(value: Any) -> TypeGuard[float]:
 def fixed(value: Any, digits: int = 4) -> str:
     """A score: ``0.6312``."""
     return f"{value:.{digits}f}" if finite(value) else "n/a"
+
+
+def score_interval(low: Any, high: Any) -> str:
+    """A confidence interval of one score (not of a difference): ``0.584–0.731``."""
+    if not (finite(low) and finite(high)):
+        return "n/a"
+    return f"{fixed(low, 3)}–{fixed(high, 3)}"
 
 
 #: The unit every difference between scores is stated in, and how many of it one whole

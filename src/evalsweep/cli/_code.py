@@ -9,6 +9,7 @@ from typing import Any
 
 import click
 
+from evalsweep._numbers import fixed
 from evalsweep.cli import _output
 from evalsweep.cli._group import main
 from evalsweep.cli._output import no_color_option, say, user_errors, warn
@@ -163,7 +164,7 @@ def code_eval(
     if as_json:
         click.echo(json.dumps(ran.as_dict(), indent=2, default=str))
         return
-    scores = ", ".join(f"pass@{k}: {v:.4f}" for k, v in sorted(result.pass_at_k.items()))
+    scores = ", ".join(f"pass@{k}: {fixed(v)}" for k, v in sorted(result.pass_at_k.items()))
     scores = scores or "pass@k: none"
     left_out = [f"pass@{k}" for k in sorted(set(k_values)) if k not in result.pass_at_k]
     counts = ", ".join(f"{n} {status}" for status, n in result.counts.items())

@@ -247,12 +247,12 @@ def _score(
 
 
 def _verdict_line(trend: Any, point: Any) -> str:
-    from evalsweep._numbers import difference, fixed, p_value
+    from evalsweep._numbers import difference, fixed, p_value, score_interval
     from evalsweep.report._table import MARKS
 
     text = f"{trend.title}: {fixed(point.value)}"
     if point.low is not None and point.high is not None:
-        text += f" (95% CI {point.low:.3f}–{point.high:.3f})"
+        text += f" (95% CI {score_interval(point.low, point.high)})"
     for word, row in (("vs baseline", point.vs_baseline), ("vs previous", point.vs_previous)):
         if row is not None:
             mark = MARKS.get(row.verdict.value, ("?", ""))[0]

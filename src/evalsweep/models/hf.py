@@ -82,7 +82,11 @@ class HFBackend:
         )
         # A PeftModel's forward passes extra arguments through to its base model's.
         inner = self.model.get_base_model() if checkpoint.is_adapter else self.model
-        self._keeps_logits = "logits_to_keep" in inspect.signature(inner.forward).parameters
+        parameters = inspect.signature(inner.forward).parameters
+        self._keeps_logits = "logits_to_keep" in parameters
+        # transformers 5 renamed forward's ``past_key_values`` (and the output's field) to
+        # ``cache``; the old name still works there but warns that it will be removed.
+        self._cache_name = "cache" if "cache" in parameters else "past_key_values"
         self._token_budget = self._initial_token_budget()
         # Which fast paths are exact for this checkpoint's attention (models/_arch.py).
         self.plan = plan(
@@ -264,9 +268,9 @@ class HFBackend:
         prefix = torch.tensor([group[0][:prefix_length]], dtype=torch.long, device=self.device)
         with torch.inference_mode():
             extra = {"logits_to_keep": 1} if self._keeps_logits else {}
-            cached = self.model(
-                input_ids=prefix, use_cache=True, past_key_values=_full_cache(), **extra
-            ).past_key_values
+            cached = self._cache_of(
+                self.model(input_ids=prefix, use_cache=True, **self._with(_full_cache()), **extra)
+            )
         layers = _cache_tensors(cached)
         per_row_bytes = sum(k.numel() + v.numel() for k, v in layers) * layers[0][0].element_size()
         max_rows = max(1, int(self._cache_budget() // max(1, per_row_bytes)))
@@ -310,7 +314,7 @@ class HFBackend:
             kwargs["logits_to_keep"] = torch.arange(first, longest, device=self.device)
         with torch.inference_mode():
             logits = self._forward(
-                ids.to(self.device), past_key_values=cache, use_cache_override=True, **kwargs
+                ids.to(self.device), use_cache=True, **self._with(cache), **kwargs
             )
         out = []
         for row, tokens in enumerate(batch):
@@ -387,9 +391,17 @@ class HFBackend:
             out.append(torch.log_softmax(sliced, dim=-1).cpu())
         return out
 
-    def _forward(self, ids: Any, use_cache_override: bool = False, **kwargs: Any) -> Any:
+    def _with(self, cache: Any) -> dict[str, Any]:
+        """The keyword argument that hands ``cache`` to the model's forward."""
+        return {self._cache_name: cache}
+
+    def _cache_of(self, out: Any) -> Any:
+        """The key/value cache a forward returned."""
+        return getattr(out, self._cache_name)
+
+    def _forward(self, ids: Any, use_cache: bool = False, **kwargs: Any) -> Any:
         try:
-            return self.model(input_ids=ids, use_cache=use_cache_override, **kwargs).logits
+            return self.model(input_ids=ids, use_cache=use_cache, **kwargs).logits
         except self.torch.cuda.OutOfMemoryError as exc:
             raise _OutOfMemory() from exc
         except RuntimeError as exc:
@@ -534,8 +546,8 @@ class HFBackend:
                         input_ids=next_tokens[:, None],
                         attention_mask=additive[..., :width],
                         position_ids=last[:, None],
-                        past_key_values=cache,
                         use_cache=True,
+                        **self._with(cache),
                     )
                     next_tokens = self._pick(out.logits[:, -1], temperature, generators, alive)
         except self.torch.cuda.OutOfMemoryError as exc:
@@ -562,9 +574,9 @@ class HFBackend:
             ids = torch.tensor([tokens], dtype=torch.long, device=self.device)
             # A cache of full layers: a sliding layer's own cache keeps only its
             # window, and every row's keys must line up position by position.
-            out = self.model(input_ids=ids, use_cache=True, past_key_values=_full_cache(), **extra)
+            out = self.model(input_ids=ids, use_cache=True, **self._with(_full_cache()), **extra)
             logits.append(out.logits[0, -1])
-            for layer, (keys, values) in enumerate(_cache_tensors(out.past_key_values)):
+            for layer, (keys, values) in enumerate(_cache_tensors(self._cache_of(out))):
                 cache.place(layer, row, len(contexts), longest, keys, values)
         return cache, torch.stack(logits)
 
@@ -605,8 +617,8 @@ class HFBackend:
                             break
                         out = self.model(
                             input_ids=token[:, None],
-                            past_key_values=out.past_key_values,
                             use_cache=True,
+                            **self._with(self._cache_of(out)),
                         )
             except self.torch.cuda.OutOfMemoryError as exc:
                 raise BackendError(

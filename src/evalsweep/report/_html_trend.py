@@ -16,7 +16,7 @@ from collections.abc import Callable
 from types import ModuleType
 from typing import Any
 
-from evalsweep._numbers import difference, fixed, p_value
+from evalsweep._numbers import difference, fixed, p_value, score_interval
 from evalsweep.report._schema import ResultDocument
 from evalsweep.report._trend import Trend, TrendPoint, best_summary, trends
 from evalsweep.stats import Comparison
@@ -154,7 +154,7 @@ def _row(point: TrendPoint, which: str) -> Comparison | None:
 def _hover(point: TrendPoint) -> str:
     text = f"<b>{html.escape(point.label)}</b><br>score {fixed(point.value)}"
     if point.low is not None and point.high is not None:
-        text += f" (95% CI {point.low:.3f}–{point.high:.3f})"
+        text += f" (95% CI {score_interval(point.low, point.high)})"
     for word, row in (("vs baseline", point.vs_baseline), ("vs before", point.vs_previous)):
         if row is not None:
             text += (

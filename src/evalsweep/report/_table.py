@@ -10,14 +10,13 @@ escaped, in headers), so a name like ``run[v2]`` shows as written.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
 
 from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from evalsweep._numbers import difference
+from evalsweep._numbers import difference, fixed
 from evalsweep.report._schema import ResultRow
 from evalsweep.stats import Comparison
 from evalsweep.text import visible
@@ -85,19 +84,13 @@ def render_table(
 def _cell(cell: ResultRow | None, comparison: Comparison | None) -> Text:
     if cell is None:
         return Text("—", style="dim")
-    text = Text(_fmt(cell.value))
+    text = Text(fixed(cell.value))
     if cell.stderr is not None:
-        text.append(f" ± {_fmt(cell.stderr)}", style="dim")
+        text.append(f" ± {fixed(cell.stderr)}", style="dim")
     if comparison is not None:
         mark, style = MARKS.get(comparison.verdict.value, ("?", ""))
         text.append(f"\nΔ {difference(comparison.delta)} {mark}", style=style)
     return text
-
-
-def _fmt(value: float | None) -> str:
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return "n/a"
-    return f"{value:.4f}"
 
 
 def render_subject_table(

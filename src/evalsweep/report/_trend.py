@@ -23,7 +23,7 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
-from evalsweep._numbers import difference, finite, fixed, p_value
+from evalsweep._numbers import difference, finite, fixed, p_value, score_interval
 from evalsweep.report._schema import ResultDocument
 from evalsweep.report._table import MARKS, SHORT, display_names
 from evalsweep.stats import Comparison, Verdict
@@ -324,9 +324,7 @@ def render_trend(document: ResultDocument) -> Group:
 
 
 def _interval(point: TrendPoint) -> Text:
-    if point.low is None or point.high is None:
-        return Text("n/a", style="dim")
-    return Text(f"{point.low:.3f}–{point.high:.3f}", style="dim")
+    return Text(score_interval(point.low, point.high), style="dim")
 
 
 def _mark(row: Comparison | None) -> Text:
