@@ -214,3 +214,44 @@ def test_log_pages_never_split_a_character_or_a_secret(tmp_path: Path) -> None:
         for inside in range(1, 14):  # a page that starts inside a value starts with its mask
             text, _, _ = jobs.logs("j-0000000000", start + inside, 5)
             assert text.startswith("[secret KEY]") and "value" not in text, (inside, text)
+
+
+def test_log_pages_and_the_last_line_never_show_a_piece_of_any_form_of_a_secret(
+    tmp_path: Path,
+) -> None:
+    """A form of a value other than the value itself (JSON's ``\\/``, URL-encoding) is one
+    the pages keep whole too; and the last line is masked before it is cut, so its first
+    characters are never the end of a value."""
+    from evalsweep.agent._jobs import Jobs, _last_line
+    from evalsweep.agent._settings import AgentSettings
+    from evalsweep.secrets import SecretBox
+
+    box = SecretBox(tmp_path / "config")
+    box.set("KEY", "late/value+123")
+    log = tmp_path / "log.txt"
+    forms = ['"late\\/value+123"', "late%2Fvalue%2B123", "late%2fvalue%2b123", "late/value+123"]
+    log.write_text("".join(f"x {form} y\n" for form in forms))
+    with Store(tmp_path / "s.sqlite") as store:
+        jobs = Jobs(store, AgentSettings(), box, tmp_path / "jobs")
+        with store.connection:
+            store.connection.execute(
+                "INSERT INTO agent_jobs (job_id, quote_id, connection, target, params, plan, "
+                "argv, out_dir, log_path, status, started, deadline, work, loads) VALUES "
+                "('j-0000000000', 'q', 'c', 'local', '{}', '[]', '', '', ?, 'finished', 0, 0, "
+                "0, 0)",
+                (str(log),),
+            )
+        for size in range(1, 30):
+            offset, pages = 0, []
+            while True:
+                text, offset, total = jobs.logs("j-0000000000", offset, size)
+                assert "value" not in text and "123" not in text, (size, text)
+                pages.append(text)
+                if offset >= total:
+                    break
+            assert "".join(pages).count("[secret KEY]") == len(forms), size
+    for before in range(0, 4200, 7):  # the value at every place around the tail's window
+        log.write_text("z" * before + "late/value+123" + "w" * 480 + "\n")
+        line = _last_line(log, box)
+        assert "value" not in line and "123" not in line and "late" not in line, before
+        assert line.endswith("w" * 480)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import secrets
 import stat
 import subprocess
@@ -47,7 +48,7 @@ def test_redaction_and_refusals(tmp_path: Path) -> None:
     assert box.redact("key=sk-judge-123456.") == "key=[secret JUDGE_KEY]."
     with pytest.raises(ConfigError, match="must look like an environment variable"):
         box.set("not a name", "abcdefgh")
-    with pytest.raises(ConfigError, match="6\\+ characters"):
+    with pytest.raises(ConfigError, match="6 to 4096 of the characters"):
         box.set("SHORT", "abc")
     os.chmod(box.key_path, 0o644)
     with pytest.raises(ConfigError, match="readable by others"):
@@ -57,7 +58,7 @@ def test_redaction_and_refusals(tmp_path: Path) -> None:
 def test_supervisor_redacts_a_secret_the_job_prints(
     tmp_path: Path, store_path: Path, cli_env: dict[str, str]
 ) -> None:
-    value = 'canary"-' + secrets.token_hex(8)
+    value = "canary/-" + secrets.token_hex(8)
     log = tmp_path / "log.txt"
     with Store(store_path) as store:
         ensure_agent_tables(store)
@@ -78,7 +79,7 @@ def test_supervisor_redacts_a_secret_the_job_prints(
     assert b"raw \xff\xfe bytes\n" in raw  # not UTF-8: through unchanged
     text = raw.decode("utf-8", "replace")
     assert "token is [secret HF_TOKEN]" in text and 'as json "[secret HF_TOKEN]"' in text
-    assert "done" in text and value not in text and value.replace('"', '\\"') not in text
+    assert "done" in text and value not in text and value.replace("/", "\\/") not in text
     with Store(store_path) as store:
         (audited,) = store.audit_entries(kind="command")
     assert audited["exit_code"] == 0 and audited["output_bytes"] == log.stat().st_size
@@ -88,34 +89,129 @@ def test_files_are_0600_under_any_umask_and_never_written_through_a_link(
     tmp_path: Path,
 ) -> None:
     victim = tmp_path / "victim"
-    victim.write_text("{}")  # read as no secrets through the link; never written
+    victim.write_text("{}")
     conf = tmp_path / "conf"
     conf.mkdir()
     (conf / "secrets.tmp").symlink_to(victim)  # the name an earlier release wrote through
-    (conf / "secrets.json").symlink_to(victim)  # a link at the final name: replaced
     old = os.umask(0)
     try:
         SecretBox(conf).set("HF_TOKEN", "hf_abcdefgh")
     finally:
         os.umask(old)
     assert victim.read_text() == "{}"
-    for name in ("secrets.json", "secrets.key"):
+    for name in ("secrets.json", "secrets.key", "secrets.lock"):
         info = os.lstat(conf / name)
         assert stat.S_ISREG(info.st_mode) and stat.S_IMODE(info.st_mode) == 0o600, name
-    assert sorted(p.name for p in conf.iterdir()) == ["secrets.json", "secrets.key", "secrets.tmp"]
+    assert sorted(p.name for p in conf.iterdir()) == [
+        "secrets.json", "secrets.key", "secrets.lock", "secrets.tmp"
+    ]  # fmt: skip
     assert SecretBox(conf).environment() == {"HF_TOKEN": "hf_abcdefgh"}
+    # A link planted at the secrets file itself is never read nor written through.
+    (conf / "secrets.json").unlink()
+    (conf / "secrets.json").symlink_to(victim)
+    with pytest.raises(ConfigError, match=r"^cannot read .*secrets\.json \("):
+        SecretBox(conf).set("OTHER", "abcdefgh")
+    assert victim.read_text() == "{}"
 
 
-def test_a_key_that_is_a_dangling_link_is_one_clear_error(tmp_path: Path) -> None:
-    (tmp_path / "secrets.key").symlink_to(tmp_path / "elsewhere")
-    with pytest.raises(ConfigError, match=r"^cannot read the secret key .*secrets\.key \("):
-        SecretBox(tmp_path).set("HF_TOKEN", "hf_abcdefgh")
-    assert not (tmp_path / "elsewhere").exists()
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["secrets.key"]
+def test_a_directory_created_under_umask_0_is_private(tmp_path: Path) -> None:
+    old = os.umask(0)
+    try:
+        SecretBox(tmp_path / "new" / "conf").set("HF_TOKEN", "hf_abcdefgh")
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE((tmp_path / "new" / "conf").stat().st_mode) == 0o700
+
+
+def test_a_directory_others_can_write_to_is_refused(tmp_path: Path) -> None:
+    conf = tmp_path / "conf"
+    SecretBox(conf).set("HF_TOKEN", "hf_abcdefgh")
+    conf.chmod(0o777)  # another user could swap the files in it
+    for use in (lambda b: b.environment(), lambda b: b.set("B", "abcdefgh"), SecretBox.names):
+        with pytest.raises(ConfigError, match="others can write to it"):
+            use(SecretBox(conf))
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root, to give a file to another user")
+@pytest.mark.parametrize("name", ["secrets.json", "secrets.key"])
+def test_a_file_of_another_user_is_never_used(tmp_path: Path, name: str) -> None:
+    conf = tmp_path / "conf"
+    SecretBox(conf).set("HF_TOKEN", "hf_abcdefgh")
+    os.chown(conf / name, 65534, 65534)  # as if another user had placed it
+    with pytest.raises(ConfigError, match="is not a regular file of yours"):
+        SecretBox(conf).environment()
+
+
+def test_two_writers_at_once_both_land(tmp_path: Path) -> None:
+    conf = tmp_path / "conf"
+    SecretBox(conf).set("SEED", "seed-value-1")
+    script = (
+        "import sys; from pathlib import Path; from evalsweep.secrets import SecretBox; "
+        "SecretBox(Path(sys.argv[1])).set(sys.argv[2], 'value-' + sys.argv[2])"
+    )
+    writers = [
+        subprocess.Popen([sys.executable, "-c", script, str(conf), f"S{i}"]) for i in range(8)
+    ]
+    assert [w.wait(timeout=120) for w in writers] == [0] * 8
+    assert SecretBox(conf).names() == sorted(["SEED", *(f"S{i}" for i in range(8))])
+
+
+@pytest.mark.parametrize(
+    "value",
+    ["abc", "x" * 4097, "has space1", "quote'd-123", 'dq"uote-123', "back\\slash1",
+     "nul\x00byte1", "caf\u00e9-token", "tab\tvalue1", "new\nline-12", "e     ", "pa%2Fss-12"],
+)  # fmt: skip
+def test_a_value_must_be_a_token_and_the_refusal_never_shows_it(tmp_path: Path, value: str) -> None:
+    with pytest.raises(ConfigError) as refused:
+        SecretBox(tmp_path).set("TOKEN", value)
+    assert str(refused.value) == (
+        "secret TOKEN: the value must be 6 to 4096 of the characters A-Z a-z 0-9 . _ ~ + / = - "
+        "(a token: every log and message writes such a value as it is, so it is always masked)"
+    )
+    assert not (tmp_path / "secrets.json").exists()
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["", "[]", '{"A": 1}', '{"1A": "x"}', '{"A=B": "x"}', '{"EVALSWEEP_STORE": "x"}',
+     '{"TRAIL\\n": "x"}', "[" * 100000, "\udcff", '{"A": "' + "9" * 5000 + '"', "{"],
+)  # fmt: skip
+def test_a_malformed_secrets_file_is_one_line(tmp_path: Path, text: str) -> None:
+    SecretBox(tmp_path).set("HF_TOKEN", "hf_abcdefgh")
+    (tmp_path / "secrets.json").write_bytes(text.encode("utf-8", "surrogateescape"))
+    with pytest.raises(ConfigError) as refused:
+        SecretBox(tmp_path).environment()
+    assert "\n" not in str(refused.value) and "secrets.json" in str(refused.value)
+
+
+@pytest.mark.parametrize("key", [b"", b"not a key", b"\xff" * 44])
+def test_a_malformed_key_is_one_line(tmp_path: Path, key: bytes) -> None:
+    SecretBox(tmp_path).set("HF_TOKEN", "hf_abcdefgh")
+    (tmp_path / "secrets.key").write_bytes(key)
+    with pytest.raises(ConfigError, match=r"secrets\.key (is not a Fernet key|does not match)"):
+        SecretBox(tmp_path).environment()
+
+
+@pytest.mark.parametrize("name", ["TRAIL\n", "A=B", "", "NUL\x00", "ESC\x1b", "1A", "Ä"])
+def test_a_name_that_is_not_a_variables_is_refused(tmp_path: Path, name: str) -> None:
+    with pytest.raises(ConfigError, match="must look like an environment variable"):
+        SecretBox(tmp_path).set(name, "abcdefgh")
+
+
+def test_a_value_that_is_not_utf8_on_stdin_is_one_line(
+    tmp_path: Path, cli_env: dict[str, str]
+) -> None:
+    env = {**cli_env, "EVALSWEEP_CONFIG": str(tmp_path / "conf" / "config.toml")}
+    ran = subprocess.run(
+        [sys.executable, "-m", "evalsweep", "secrets", "set", "BADU"],
+        input=b"abc\xffdefgh\n", env=env, capture_output=True,
+    )  # fmt: skip
+    assert ran.returncode == 2 and b"Traceback" not in ran.stderr
+    assert ran.stderr.decode().count("\n") == 1 and b"secret BADU: the value must be" in ran.stderr
 
 
 def test_one_redaction_masks_every_encoded_form() -> None:
-    value = 'sk-"quoted"\\path é\tend'
+    value = 'sk-"quoted"\\path é\tend'  # not a storable value: the forms still hold
     redact = redactor({"JUDGE_KEY": value, "HF_TOKEN": "hf_short1"})
     for form in encoded_forms(value):
         assert redact(f"<{form}>") == "<[secret JUDGE_KEY]>", form
@@ -126,13 +222,54 @@ def test_one_redaction_masks_every_encoded_form() -> None:
     assert redactor({})("nothing to hide") == "nothing to hide"
 
 
-def test_the_ssh_target_masks_what_the_box_masks() -> None:
-    from evalsweep.compute._ssh import _redactor
+TOKEN = "sk-Ab9/+x=y~z_w.v-" + secrets.token_urlsafe(12)
 
-    value = 'tok"en-123456'
-    redact = _redactor({"HF_TOKEN": value})
-    assert redact is not None and _redactor({}) is None
-    assert redact(json.dumps({"env": value})) == '{"env": "[secret HF_TOKEN]"}'
+
+def _encoders() -> dict[str, object]:
+    import shlex
+    from urllib.parse import quote, quote_plus
+
+    from evalsweep.text import visible
+
+    def url_lower(text: str) -> str:
+        return re.sub("%[0-9A-F]{2}", lambda m: m.group(0).lower(), quote(text, safe=""))
+
+    def php_json(text: str) -> str:
+        return json.dumps(text).replace("/", "\\/")
+
+    return {
+        "repr": repr, "ascii": ascii, "json": json.dumps, "json-utf8":
+        lambda t: json.dumps(t, ensure_ascii=False), "json-\\/": php_json, "shell": shlex.quote,
+        "url": lambda t: quote(t, safe=""), "url-lower": url_lower,
+        "url-plus": quote_plus, "bytes": lambda t: repr(t.encode()), "visible": visible,
+        "folded": lambda t: " ".join(t.split()), "str": str,
+    }  # fmt: skip
+
+
+@pytest.mark.parametrize("encoder", sorted(_encoders()))
+def test_a_token_is_masked_in_every_common_encoding_of_any_text_around_it(encoder: str) -> None:
+    encode = _encoders()[encoder]
+    redact = redactor({"JUDGE_KEY": TOKEN})
+    for around in ("{}", 'it\'s "{}" here', "a\tb {}\n", "é {} ü", "{}{}"):
+        shown = encode(around.format(TOKEN, TOKEN))  # type: ignore[operator]
+        masked = redact(shown)
+        assert "[secret JUDGE_KEY]" in masked, (encoder, shown)
+        assert "sk-Ab9" not in masked and TOKEN[-12:] not in masked, (encoder, masked)
+
+
+def test_every_command_a_target_runs_masks_every_stored_secret(
+    tmp_path: Path, store_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from evalsweep.compute._runner import CommandRunner
+
+    monkeypatch.setenv("EVALSWEEP_CONFIG", str(tmp_path / "conf" / "config.toml"))
+    SecretBox(tmp_path / "conf").set("NOT_SENT", "not-sent-0123456789")
+    argv = [sys.executable, "-c", "print('not-sent-0123456789')"]
+    with Store(store_path) as store:
+        ran = CommandRunner(store, "box").run(argv)  # no secret given to this target
+        (entry,) = store.audit_entries()
+    assert ran.stdout == b"[secret NOT_SENT]\n"
+    assert "not-sent-0123456789" not in json.dumps(entry)
 
 
 def test_no_secret_is_named_as_a_setting_of_evalsweep(

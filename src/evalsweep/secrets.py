@@ -1,4 +1,4 @@
-"""Secrets a sweep needs (a Hub token, a judge's API key), encrypted at rest.
+r"""Secrets a sweep needs (a Hub token, a judge's API key), encrypted at rest.
 
 Values are encrypted with Fernet under a key file in the person's config
 directory (mode 0600) and only ever leave this module as environment
@@ -8,6 +8,21 @@ results, audited commands, errors. Both files are written whole through
 :mod:`evalsweep._atomic` (a new file under a random name, created 0600, renamed
 into place), so a planted link is never followed and a reader never sees half.
 
+Three rules make that hold by construction, not by a list of cases:
+
+* A value is a token (:data:`VALUE`): 6 to 4,096 of the characters
+  ``A-Z a-z 0-9 . _ ~ + / = -``. Python's ``repr`` and ``ascii``, JSON, shell
+  quoting, bytes, the renderer and folded white space all write such a value
+  exactly as it is; only JSON's optional ``\/`` and URL-encoding's ``%2B %2F
+  %3D`` spell it otherwise, and :func:`encoded_forms` holds those too. So masking
+  is a plain replacement of a finite set of strings.
+* The directory is private: created 0700, and used only while it belongs to the
+  user and no one else can write to it; both files are opened without following
+  a link and used only if they are the user's regular files, readable by no one
+  else. A file someone else placed is never read.
+* A change is a read-modify-write under a lock (``secrets.lock``), so two
+  ``secrets set`` at once both land.
+
 A module of the ground floor: the MCP server (``agent/``), the targets
 (``compute/``) and the command line import it; it imports only other top-level
 modules.
@@ -15,9 +30,13 @@ modules.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
+import os
 import re
-from collections.abc import Callable, Mapping
+import stat
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -28,9 +47,19 @@ from evalsweep.errors import ConfigError
 if TYPE_CHECKING:
     from cryptography.fernet import Fernet
 
-NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
+NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}")
 #: Values shorter than this are refused: redacting them would garble ordinary text.
 MIN_LENGTH = 6
+#: Values longer than this are refused: a secret is a token, not a document.
+MAX_LENGTH = 4096
+#: What a value may be (whole): a token every common encoding writes as it is.
+VALUE = re.compile(rf"[A-Za-z0-9._~+/=-]{{{MIN_LENGTH},{MAX_LENGTH}}}")
+VALUE_RULE = (
+    f"{MIN_LENGTH} to {MAX_LENGTH} of the characters A-Z a-z 0-9 . _ ~ + / = - (a token: "
+    "every log and message writes such a value as it is, so it is always masked)"
+)
+#: The largest secrets file read (names and encrypted tokens).
+MAX_FILE_BYTES = 4 << 20
 #: Names of evalsweep's own settings: never a secret's.
 SETTINGS_PREFIX = "EVALSWEEP_"
 
@@ -63,33 +92,36 @@ class SecretBox:
         self.directory = directory or config_path().parent
         self.key_path = self.directory / "secrets.key"
         self.path = self.directory / "secrets.json"
-        self._cache: tuple[float, dict[str, str]] | None = None
+        self._cache: tuple[tuple[int, ...], dict[str, str]] | None = None
 
     def names(self) -> list[str]:
         return sorted(self._tokens())
 
     def set(self, name: str, value: str) -> None:
-        if not NAME.match(name):
-            raise ConfigError(f"secret name {name!r} must look like an environment variable")
-        check_secret_name(name, "secret name")
-        if len(value) < MIN_LENGTH or "\n" in value:
-            raise ConfigError(f"secret {name}: value must be one line of {MIN_LENGTH}+ characters")
-        tokens = self._tokens()
-        tokens[name] = self._fernet(create=True).encrypt(value.encode()).decode()
-        self._write(tokens)
+        check_name(name)
+        check_value(name, value)
+        with self._locked():
+            tokens = self._tokens()
+            tokens[name] = self._fernet(create=True).encrypt(value.encode()).decode()
+            self._write(tokens)
 
     def remove(self, name: str) -> None:
-        tokens = self._tokens()
-        if name not in tokens:
-            raise ConfigError(f"no secret named {name!r} in {self.path}")
-        del tokens[name]
-        self._write(tokens)
+        with self._locked():
+            tokens = self._tokens()
+            if name not in tokens:
+                raise ConfigError(f"no secret named {name!r} in {self.path}")
+            del tokens[name]
+            self._write(tokens)
 
     def environment(self) -> dict[str, str]:
         """Every secret as ``{NAME: value}``, for a job's environment only."""
         from cryptography.fernet import InvalidToken
 
-        mtime = self.path.stat().st_mtime if self.path.is_file() else 0.0
+        try:
+            seen = self.path.stat()
+            mtime: tuple[int, ...] = (seen.st_mtime_ns, seen.st_ino, seen.st_size)
+        except OSError:
+            mtime = ()
         if self._cache and self._cache[0] == mtime:
             return dict(self._cache[1])
         tokens = self._tokens()
@@ -98,11 +130,17 @@ class SecretBox:
             fernet = self._fernet(create=False)
             for name, token in tokens.items():
                 try:
-                    values[name] = fernet.decrypt(token.encode()).decode()
-                except InvalidToken:
+                    value = fernet.decrypt(token.encode()).decode()
+                except (InvalidToken, UnicodeDecodeError):
                     raise ConfigError(
                         f"secret {name} in {self.path} does not match the key {self.key_path}"
                     ) from None
+                if not VALUE.fullmatch(value):
+                    raise ConfigError(
+                        f"secret {name} in {self.path}: its value is not {VALUE_RULE}; "
+                        f"store it again (evalsweep secrets set {name})"
+                    )
+                values[name] = value
         self._cache = (mtime, values)
         return dict(values)
 
@@ -110,20 +148,104 @@ class SecretBox:
         """``text`` with every stored secret's value masked (see :func:`redactor`)."""
         return redactor(self.environment())(text)
 
+    @contextlib.contextmanager
+    def _locked(self) -> Iterator[None]:
+        """The secrets file to change, for this process alone (``secrets.lock``)."""
+        directory = self._directory(create=True)
+        try:
+            fd = os.open(
+                "secrets.lock",
+                os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC,
+                0o600,
+                dir_fd=directory,
+            )
+        except OSError as exc:
+            raise ConfigError(
+                f"cannot lock the secrets in {self.directory} ({exc.strerror})"
+            ) from None
+        finally:
+            os.close(directory)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield
+        finally:
+            os.close(fd)
+
+    def _directory(self, *, create: bool) -> int:
+        """The directory, opened; created 0700. Refused unless it is the user's and no one
+        else can write to it (another user could otherwise swap the files in it)."""
+        try:
+            if create:
+                self.directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+            fd = os.open(self.directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        except OSError as exc:
+            raise ConfigError(
+                f"cannot use the secrets directory {self.directory} ({exc.strerror})"
+            ) from None
+        info = os.fstat(fd)
+        if info.st_uid != os.geteuid() or info.st_mode & 0o022:
+            os.close(fd)
+            raise ConfigError(
+                f"secrets directory {self.directory} belongs to another user or others can "
+                f"write to it (mode {info.st_mode & 0o777:o}); make it yours and 0700"
+            )
+        return fd
+
+    def _read_private(self, name: str, limit: int) -> bytes | None:
+        """A file of the directory (None when there is none): opened without following a
+        link, and read only if it is the user's regular file that no one else can read."""
+        shown = self.directory / name
+        if not self.directory.exists():
+            return None
+        directory = self._directory(create=False)
+        try:
+            fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=directory)
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            raise ConfigError(f"cannot read {shown} ({exc.strerror})") from None
+        finally:
+            os.close(directory)
+        try:
+            info = os.fstat(fd)
+            if not stat.S_ISREG(info.st_mode) or info.st_uid != os.geteuid():
+                raise ConfigError(f"{shown} is not a regular file of yours; refusing to use it")
+            if info.st_mode & 0o077:
+                raise ConfigError(
+                    f"{shown} is readable by others (mode {info.st_mode & 0o777:o}); "
+                    "refusing to use it"
+                )
+            data = os.read(fd, limit + 1)
+        except OSError as exc:
+            raise ConfigError(f"cannot read {shown} ({exc.strerror})") from None
+        finally:
+            os.close(fd)
+        if len(data) > limit:
+            raise ConfigError(f"{shown} is larger than {limit} bytes")
+        return data
+
     def _tokens(self) -> dict[str, str]:
-        if not self.path.is_file():
+        data = self._read_private(self.path.name, MAX_FILE_BYTES)
+        if data is None:
             return {}
         try:
-            data = json.loads(self.path.read_text())
-        except (OSError, json.JSONDecodeError) as exc:
-            raise ConfigError(f"cannot read secrets {self.path}: {exc}") from None
-        if not isinstance(data, dict):
+            loaded = json.loads(data.decode("utf-8"))
+        except (UnicodeDecodeError, ValueError, RecursionError) as exc:
+            reason = "not UTF-8" if isinstance(exc, UnicodeDecodeError) else "not JSON"
+            raise ConfigError(f"cannot read secrets {self.path}: {reason}") from None
+        if not isinstance(loaded, dict) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in loaded.items()
+        ):
             raise ConfigError(f"{self.path}: expected a JSON object of name -> token")
-        return {str(k): str(v) for k, v in data.items()}
+        for name in loaded:
+            try:
+                check_name(name)
+            except ConfigError as exc:
+                raise ConfigError(f"{self.path}: {exc}") from None
+        return dict(loaded)
 
     def _write(self, tokens: dict[str, str]) -> None:
         try:
-            self.directory.mkdir(parents=True, exist_ok=True)
             atomic_write(self.path, json.dumps(tokens, indent=1, sort_keys=True), mode=0o600)
         except OSError as exc:
             raise ConfigError(f"cannot write secrets {self.path} ({exc.strerror})") from None
@@ -132,11 +254,12 @@ class SecretBox:
     def _fernet(self, *, create: bool) -> Fernet:
         from cryptography.fernet import Fernet
 
-        if not self.key_path.is_file():
+        key = self._read_private(self.key_path.name, 256)
+        if key is None:
             if not create:
                 raise ConfigError(f"secret key {self.key_path} is missing")
+            os.close(self._directory(create=True))
             try:
-                self.directory.mkdir(parents=True, exist_ok=True)
                 atomic_write(self.key_path, Fernet.generate_key(), mode=0o600, exclusive=True)
             except FileExistsError:
                 pass  # another process made it first: theirs is the key
@@ -144,16 +267,37 @@ class SecretBox:
                 raise ConfigError(
                     f"cannot create the secret key {self.key_path} ({exc.strerror})"
                 ) from None
+            key = self._read_private(self.key_path.name, 256)
+            if key is None:
+                raise ConfigError(f"secret key {self.key_path} vanished as it was created")
         try:
-            mode = self.key_path.stat().st_mode & 0o777
-            key = self.key_path.read_bytes().strip()
-        except OSError as exc:
-            raise ConfigError(
-                f"cannot read the secret key {self.key_path} ({exc.strerror})"
-            ) from None
-        if mode & 0o077:
-            raise ConfigError(f"secret key {self.key_path} is readable by others (mode {mode:o})")
-        return Fernet(key)
+            return Fernet(key.strip())
+        except ValueError:
+            raise ConfigError(f"secret key {self.key_path} is not a Fernet key") from None
+
+
+def check_name(name: str) -> None:
+    """Refuse a name that is not an environment variable's, or is one of evalsweep's settings.
+
+    Raises:
+        ConfigError: naming the problem.
+    """
+    if not NAME.fullmatch(name):
+        raise ConfigError(
+            f"secret name {name.encode('unicode_escape').decode('ascii')!r} must look like an "
+            "environment variable (a letter or _, then letters, digits or _; at most 64)"
+        )
+    check_secret_name(name, "secret name")
+
+
+def check_value(name: str, value: str) -> None:
+    """Refuse a value that is not a token (:data:`VALUE`); the message never shows it.
+
+    Raises:
+        ConfigError: naming the secret and the rule.
+    """
+    if not VALUE.fullmatch(value):
+        raise ConfigError(f"secret {name}: the value must be {VALUE_RULE}")
 
 
 def redactor(values: Mapping[str, str]) -> Callable[[str], str]:
@@ -179,18 +323,34 @@ def redactor(values: Mapping[str, str]) -> Callable[[str], str]:
     return redact
 
 
+def stored_redactor() -> Callable[[str], str] | None:
+    """A function masking every stored secret (:func:`redactor`); None when none is stored,
+    so a text without secrets stays exactly as it is."""
+    values = SecretBox().environment()
+    return redactor(values) if values else None
+
+
 def encoded_forms(value: str) -> set[str]:
     """``value`` as it may appear inside a message: as it is, inside ``repr``'s quotes,
-    inside a JSON string (ASCII-escaped or not), as the one renderer shows it, and with its
-    white space folded."""
+    inside a JSON string (ASCII-escaped or not, and with JSON's optional ``\\/``), as the
+    one renderer shows it, with its white space folded, and URL-encoded. For a secret's
+    value (a token, :data:`VALUE`) every form but the ``\\/`` and URL-encoded ones is the
+    value itself."""
+    from urllib.parse import quote
+
     from evalsweep.text import visible
 
+    as_json = json.dumps(value)[1:-1]
+    url = quote(value, safe="")
     forms = {
         value,
         repr(value)[1:-1],
-        json.dumps(value)[1:-1],
+        as_json,
+        as_json.replace("/", "\\/"),
         json.dumps(value, ensure_ascii=False)[1:-1],
         visible(value),
         " ".join(value.split()),
+        url,
+        re.sub(r"%[0-9A-F]{2}", lambda m: m.group(0).lower(), url),
     }
     return {form for form in forms if form}

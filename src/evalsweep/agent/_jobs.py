@@ -38,7 +38,7 @@ from evalsweep.agent._supervise import REDACT_ENV
 from evalsweep.errors import EvalsweepError
 from evalsweep.options import to_argv, words_only_environment
 from evalsweep.runs import pinned_value
-from evalsweep.secrets import SecretBox
+from evalsweep.secrets import SecretBox, encoded_forms, redactor
 from evalsweep.store import Store
 from evalsweep.text import visible
 
@@ -380,7 +380,7 @@ class Jobs:
             "hourly_rate": float(rate),
             "reserved_usd": round(float(reserved), 6),
             "spend_usd": round(float(spend), 6),
-            "last_log_line": visible(self.secrets.redact(_last_line(Path(job["log_path"])))),
+            "last_log_line": visible(_last_line(Path(job["log_path"]), self.secrets)),
             "log_bytes": _size(Path(job["log_path"])),
         }
 
@@ -398,9 +398,15 @@ class Jobs:
         size = _size(path)
         if offset < 0 or offset > size:
             raise JobError(f"job {job_id}: offset {offset} is outside the log (0..{size})")
+        # Every form a secret may be written in (the same forms every mask covers), so a
+        # page never ends inside any of them.
         values = sorted(
-            ((v.encode(), f"[secret {n}]".encode()) for n, v in self.secrets.environment().items()),
-            key=lambda pair: -len(pair[0]),
+            {
+                (form.encode(), f"[secret {n}]".encode())
+                for n, v in self.secrets.environment().items()
+                for form in encoded_forms(v)
+            },
+            key=lambda pair: (-len(pair[0]), pair),
         )
         longest = max((len(v) for v, _ in values), default=1)
         begin = max(offset - longest + 1, 0)
@@ -626,14 +632,26 @@ def _size(path: Path) -> int:
     return path.stat().st_size if path.exists() else 0
 
 
-def _last_line(path: Path) -> str:
+def _last_line(path: Path, secrets: SecretBox) -> str:
+    """The log's last non-empty line, its last 500 characters, with every secret masked
+    before anything is cut (a cut value would no longer be recognised as one)."""
     if not path.exists():
         return ""
+    values = secrets.environment()
+    longest = max((len(f.encode()) for v in values.values() for f in encoded_forms(v)), default=0)
+    size = _size(path)
+    start = max(size - 4096 - longest, 0)
     with path.open("rb") as handle:
-        handle.seek(max(_size(path) - 4096, 0))
-        tail = handle.read().decode(errors="replace").replace("\r", "\n")
-    lines = [line for line in tail.split("\n") if line.strip()]
-    return lines[-1][-500:] if lines else ""
+        handle.seek(start)
+        tail = handle.read().decode(errors="replace")
+    text = redactor(values)(tail).replace("\r", "\n")
+    lines = text.split("\n")
+    if start > 0:
+        # The window's first line may have begun before it: its first characters may be the
+        # end of a value that began before the window, which no mask could recognise.
+        lines[0] = lines[0][longest:]
+    kept = [line for line in lines if line.strip()]
+    return kept[-1][-500:] if kept else ""
 
 
 def live_progress(store: Store, job: dict[str, Any]) -> list[dict[str, Any]]:

