@@ -130,6 +130,11 @@ def test_a_directory_others_can_write_to_is_refused(tmp_path: Path) -> None:
     for use in (lambda b: b.environment(), lambda b: b.set("B", "abcdefgh"), SecretBox.names):
         with pytest.raises(ConfigError, match="others can write to it"):
             use(SecretBox(conf))
+    # With nothing stored in it, such a folder is only a folder without secrets.
+    bare = tmp_path / "bare"
+    bare.mkdir(mode=0o777)
+    bare.chmod(0o777)
+    assert SecretBox(bare).environment() == {} and SecretBox(bare).redact("x") == "x"
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="needs root, to give a file to another user")

@@ -171,9 +171,9 @@ class SecretBox:
         finally:
             os.close(fd)
 
-    def _directory(self, *, create: bool) -> int:
-        """The directory, opened; created 0700. Refused unless it is the user's and no one
-        else can write to it (another user could otherwise swap the files in it)."""
+    def _directory(self, *, create: bool, check: bool = True) -> int:
+        """The directory, opened; created 0700. Refused (``check``) unless it is the user's
+        and no one else can write to it: another user could otherwise swap the files in it."""
         try:
             if create:
                 self.directory.mkdir(mode=0o700, parents=True, exist_ok=True)
@@ -182,6 +182,11 @@ class SecretBox:
             raise ConfigError(
                 f"cannot use the secrets directory {self.directory} ({exc.strerror})"
             ) from None
+        if check:
+            self._check_directory(fd)
+        return fd
+
+    def _check_directory(self, fd: int) -> None:
         info = os.fstat(fd)
         if info.st_uid != os.geteuid() or info.st_mode & 0o022:
             os.close(fd)
@@ -189,23 +194,29 @@ class SecretBox:
                 f"secrets directory {self.directory} belongs to another user or others can "
                 f"write to it (mode {info.st_mode & 0o777:o}); make it yours and 0700"
             )
-        return fd
 
     def _read_private(self, name: str, limit: int) -> bytes | None:
         """A file of the directory (None when there is none): opened without following a
-        link, and read only if it is the user's regular file that no one else can read."""
+        link, and read only if the directory is private and the file is the user's regular
+        file that no one else can read."""
         shown = self.directory / name
         if not self.directory.exists():
             return None
-        directory = self._directory(create=False)
+        directory = self._directory(create=False, check=False)
         try:
             fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=directory)
         except FileNotFoundError:
-            return None
-        except OSError as exc:
-            raise ConfigError(f"cannot read {shown} ({exc.strerror})") from None
-        finally:
             os.close(directory)
+            return None  # nothing stored: whoever can write here, there is nothing to use
+        except OSError as exc:
+            os.close(directory)
+            raise ConfigError(f"cannot read {shown} ({exc.strerror})") from None
+        try:
+            self._check_directory(directory)  # closes it when refused
+        except ConfigError:
+            os.close(fd)
+            raise
+        os.close(directory)
         try:
             info = os.fstat(fd)
             if not stat.S_ISREG(info.st_mode) or info.st_uid != os.geteuid():
