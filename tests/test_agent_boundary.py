@@ -879,3 +879,19 @@ async def test_the_audit_keeps_every_argument_and_tells_a_mask_from_text_that_lo
     )
     assert "\\u005bsecret MYTOKEN]" in entry["detail"]["received"]  # the one sent as text
     assert entry["detail"]["received"].count("[secret MYTOKEN]") == 1  # the real mask
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("secrets_file", ['{"A": "x"', "[" * 100000, '{"1A": "x"}'])
+async def test_unreadable_secrets_make_every_tool_one_line_that_shows_nothing(
+    agent_env: Path, store_path: Path, secrets_file: str
+) -> None:
+    from evalsweep.secrets import SecretBox
+
+    SecretBox().set("HF_TOKEN", "hf_abcdefgh")
+    (agent_env.parent / "secrets.json").write_text(secrets_file)
+    async with Client(build_server(store_path, config={})) as client:
+        for tool, arguments in (("list_tasks", {}), ("job_status", {"job_id": "j-0123456789"})):
+            line = error_text(await client.call_tool(tool, arguments))
+            assert line.startswith(f"{tool}: nothing is shown while the secrets cannot be read: ")
+            assert "secrets.json" in line and "\n" not in line

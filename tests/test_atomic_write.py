@@ -183,3 +183,11 @@ def test_temporary_names_are_hidden_beside_the_file_and_fresh() -> None:
     names = {_atomic.temporary_name("/d/x.json") for _ in range(100)}
     assert len(names) == 100
     assert all(n.startswith("/d/.x.json.") and n.endswith(".tmp") for n in names)
+
+
+def test_a_name_as_long_as_a_file_name_may_be_is_written(tmp_path: Path) -> None:
+    for name in ("r" * 251 + ".md", "é" * 127):  # 255 bytes each
+        atomic_write(tmp_path / name, "whole")
+        assert (tmp_path / name).read_text() == "whole"
+        assert len(os.fsencode(os.path.basename(_atomic.temporary_name(tmp_path / name)))) <= 255
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["r" * 251 + ".md", "é" * 127])

@@ -66,6 +66,10 @@ def test_supervisor_redacts_a_secret_the_job_prints(
     printer = (
         "import json, os, sys; print('token is', os.environ['HF_TOKEN']);"
         "print('as json', json.dumps(os.environ['HF_TOKEN'])); sys.stdout.flush();"
+        "p = '@evalsweep-progress ';"
+        "print(p + json.dumps({'event': 'start', 'label': os.environ['HF_TOKEN'], 'total': 2}));"
+        "print(p + json.dumps({'event': 'start', 'label': 'x', 'total': os.environ['HF_TOKEN']}));"
+        "print(p + json.dumps({'event': 'note', 'message': os.environ['HF_TOKEN'][::1]}));"
         "sys.stdout.buffer.write(b'raw \\xff\\xfe bytes\\n'); print('done')"
     )
     env = {**cli_env, "HF_TOKEN": value, "EVALSWEEP_REDACT_NAMES": "HF_TOKEN"}
@@ -80,6 +84,7 @@ def test_supervisor_redacts_a_secret_the_job_prints(
     text = raw.decode("utf-8", "replace")
     assert "token is [secret HF_TOKEN]" in text and 'as json "[secret HF_TOKEN]"' in text
     assert "done" in text and value not in text and value.replace("/", "\\/") not in text
+    assert "progress: [secret HF_TOKEN] 0/2 requests" in text and "Traceback" not in text
     with Store(store_path) as store:
         (audited,) = store.audit_entries(kind="command")
     assert audited["exit_code"] == 0 and audited["output_bytes"] == log.stat().st_size
@@ -248,6 +253,9 @@ def _encoders() -> dict[str, object]:
         "url": lambda t: quote(t, safe=""), "url-lower": url_lower,
         "url-plus": quote_plus, "bytes": lambda t: repr(t.encode()), "visible": visible,
         "folded": lambda t: " ".join(t.split()), "str": str,
+        "url-default": quote, "json-\\u-upper": lambda t: "".join(f"\\u{ord(c):04X}" for c in t),
+        "json-\\u-some": lambda t: t.replace("+", "\\u002B").replace("S", "\\u0053"),
+        "url-mixed": lambda t: t.replace("/", "%2f").replace("+", "%2B").replace("=", "%3d"),
     }  # fmt: skip
 
 
@@ -299,8 +307,76 @@ def test_no_secret_is_named_as_a_setting_of_evalsweep(
     )  # fmt: skip
     assert ran.returncode == 2, ran.stderr
     assert ran.stderr.strip().splitlines() == [
-        "evalsweep: error: --env-stdin: secret 'EVALSWEEP_DATA_DIR': EVALSWEEP_* variables "
+        "evalsweep: error: --env-stdin: secret name 'EVALSWEEP_DATA_DIR': EVALSWEEP_* variables "
         "are evalsweep's settings, not secrets (what runs would differ from what its words "
         "say); choose another name"
     ]
     assert not (tmp_path / "s.sqlite").exists()
+
+
+@pytest.mark.parametrize(
+    ("sent", "says"),
+    [
+        ("[" * 200000, "stdin is not a JSON object"),
+        ('{"TOKEN": "nul\\u0000byte-1"}', "secret TOKEN: the value must be"),
+        ('{"A=B": "abcdefgh"}', "must look like an environment variable"),
+        ('{"": "abcdefgh"}', "must look like an environment variable"),
+        ('{"TOKEN": "has space-1"}', "secret TOKEN: the value must be"),
+    ],
+)
+def test_env_stdin_holds_names_and_values_to_the_secrets_rule(
+    tmp_path: Path, cli_env: dict[str, str], sent: str, says: str
+) -> None:
+    ran = subprocess.run(
+        [sys.executable, "-m", "evalsweep", "run", "--env-stdin", "--tasks", "mmlu",
+         "--store", str(tmp_path / "s.sqlite"), str(tmp_path)],
+        input=sent + "\n", env=cli_env, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert ran.returncode == 2 and "Traceback" not in ran.stderr, ran.stderr
+    (line,) = ran.stderr.strip().splitlines()
+    assert line.startswith("evalsweep: error: --env-stdin: ") and says in line
+    assert not (tmp_path / "s.sqlite").exists()
+
+
+def test_overlapping_values_are_masked_together() -> None:
+    redact = redactor({"A": "AAAAAAAA_B", "B": "_BCD999999"})
+    assert redact("xAAAAAAAA_BCD999999y") == "x[secret A][secret B]y"
+    assert redact("AAAAAAAA_BAAAAAAAA_B") == "[secret A][secret A]"
+
+
+def test_a_secret_stored_after_a_runner_was_made_is_masked(
+    tmp_path: Path, store_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from evalsweep.compute._runner import CommandRunner
+
+    monkeypatch.setenv("EVALSWEEP_CONFIG", str(tmp_path / "conf" / "config.toml"))
+    with Store(store_path) as store:
+        runner = CommandRunner(store, "box")
+        plain = runner.run([sys.executable, "-c", "import sys; sys.stdout.buffer.write(b'\\xff')"])
+        SecretBox(tmp_path / "conf").set("LATER", "set-later-0123456789")
+        ran = runner.run([sys.executable, "-c", "print('set-later-0123456789')"])
+    assert plain.stdout == b"\xff"  # nothing stored then: output exactly as produced
+    assert ran.stdout == b"[secret LATER]\n" and "set-later" not in ran.text
+
+
+def test_a_fifo_planted_as_a_file_is_refused_not_waited_on(tmp_path: Path) -> None:
+    SecretBox(tmp_path).set("HF_TOKEN", "hf_abcdefgh")
+    (tmp_path / "secrets.key").unlink()
+    os.mkfifo(tmp_path / "secrets.key", 0o600)
+    script = "import sys; from pathlib import Path; from evalsweep.secrets import SecretBox\n"
+    script += "try:\n    SecretBox(Path(sys.argv[1])).environment()\n"
+    script += "except Exception as exc:\n    print(exc)\n"
+    ran = subprocess.run(
+        [sys.executable, "-c", script, str(tmp_path)], capture_output=True, text=True, timeout=60
+    )
+    assert "secrets.key is not a regular file of yours" in ran.stdout, ran.stderr
+
+
+def test_a_remote_progress_line_without_whole_numbers_is_dropped() -> None:
+    from evalsweep.compute._stream import PREFIX, relay
+    from evalsweep.engine import SilentProgress
+
+    for fields in ({"event": "start", "label": "x", "total": "abc"}, {"event": "advance",
+                   "count": -1}, [1, 2], {"event": "start", "total": 10**400}):  # fmt: skip
+        relay(PREFIX + json.dumps(fields), SilentProgress())
+    relay(PREFIX + "[" * 100000, SilentProgress())

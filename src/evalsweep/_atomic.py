@@ -39,9 +39,17 @@ PathName = str | os.PathLike[str]
 
 
 def temporary_name(path: PathName) -> str:
-    """A fresh random name for a temporary file beside ``path``: ``.<name>.<hex>.tmp``."""
+    """A fresh random name for a temporary file beside ``path``: ``.<name>.<hex>.tmp``, the
+    name cut (on a character boundary) so the whole stays within the 255 bytes a file name
+    may take, so any name that can be written can be written through a temporary file."""
     head, tail = os.path.split(os.fspath(path))
-    return os.path.join(head, f".{tail}.{secrets.token_hex(8)}.tmp")
+    room = 255 - len(f"..{'0' * 16}.tmp")
+    kept = (
+        os.fsencode(tail)[:room].decode("utf-8", "ignore")
+        if len(os.fsencode(tail)) > room
+        else tail
+    )
+    return os.path.join(head, f".{kept}.{secrets.token_hex(8)}.tmp")
 
 
 @contextlib.contextmanager

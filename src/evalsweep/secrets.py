@@ -204,7 +204,9 @@ class SecretBox:
             return None
         directory = self._directory(create=False, check=False)
         try:
-            fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=directory)
+            fd = os.open(
+                name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=directory
+            )
         except FileNotFoundError:
             os.close(directory)
             return None  # nothing stored: whoever can write here, there is nothing to use
@@ -311,34 +313,103 @@ def check_value(name: str, value: str) -> None:
         raise ConfigError(f"secret {name}: the value must be {VALUE_RULE}")
 
 
+def _hex(number: int, width: int) -> str:
+    """``number`` in hex, each letter matching either case."""
+    return "".join(f"[{c}{c.upper()}]" if c.isalpha() else c for c in f"{number:0{width}x}")
+
+
+def _spelled(char: str) -> str:
+    """A pattern for ``char`` in every spelling the escapes of JSON, Python, URLs and HTML give
+    it (hex in either case): itself, ``\\uXXXX`` (a surrogate pair beyond the BMP),
+    ``\\xXX``, ``%XX`` of each UTF-8 byte, ``&#N;`` and ``&#xX;``, JSON's ``\\/``, the backslash
+    escapes of quotes, the backslash and white space, and any run of white space for white
+    space (folded text)."""
+    code = ord(char)
+    options = [re.escape(char), f"&#{code};", f"&#[xX]{_hex(code, 1)};"]
+    if code > 0xFFFF:
+        high, low = divmod(code - 0x10000, 0x400)
+        options.append(rf"\\u{_hex(0xD800 + high, 4)}\\u{_hex(0xDC00 + low, 4)}")
+    else:
+        options.append(rf"\\u{_hex(code, 4)}")
+    if code <= 0xFF:
+        options.append(rf"\\x{_hex(code, 2)}")
+    options.append("".join(f"%{_hex(byte, 2)}" for byte in char.encode("utf-8")))
+    short = {"/": "/", '"': '"', "'": "'", "\\": "\\\\", "\t": "t", "\n": "n", "\r": "r"}
+    if char in short:
+        options.append("\\\\" + short[char])
+    if char.isspace():
+        options.append(r"\s+")
+    return "(?:" + "|".join(options) + ")"
+
+
+def _pattern(value: str) -> str:
+    return "".join(_spelled(char) for char in value)
+
+
+def secret_spans(text: str, values: Mapping[str, str]) -> list[tuple[int, int, tuple[str, ...]]]:
+    """(start, stop, names) of every stretch of ``text`` that spells a value, each character
+    of it in any of the spellings of :func:`_spelled` (so a value written half escaped is
+    found too); overlapping finds, of one value or of several, are one stretch."""
+    found: list[tuple[int, int, str]] = []
+    for name, value in values.items():
+        if not value:
+            continue
+        for match in re.finditer(f"(?=({_pattern(value)}))", text):
+            found.append((match.start(1), match.end(1), name))
+    found.sort()
+    merged: list[tuple[int, int, tuple[str, ...]]] = []
+    for start, stop, name in found:
+        if merged and start < merged[-1][1]:
+            last = merged[-1]
+            names = last[2] if name in last[2] else (*last[2], name)
+            merged[-1] = (last[0], max(last[1], stop), names)
+        else:
+            merged.append((start, stop, (name,)))
+    return merged
+
+
+def mask(names: tuple[str, ...]) -> str:
+    """What stands where a secret was: ``[secret NAME]`` (one per value a stretch held)."""
+    return "".join(f"[secret {name}]" for name in names)
+
+
 def redactor(values: Mapping[str, str]) -> Callable[[str], str]:
     """A function masking each of ``values`` (``{NAME: value}``) in a text as
-    ``[secret NAME]``: as it is, and in each form a message may have written it in
-    (:func:`encoded_forms`: Python's ``repr``, JSON with and without ASCII escapes, the
-    renderer's escapes, white space folded), longest first, so no encoding of a value slips
-    past and a value inside another is not left half shown."""
-    pairs = sorted(
-        {
-            (form, f"[secret {name}]")
-            for name, value in values.items()
-            for form in encoded_forms(value)
-        },
-        key=lambda pair: (-len(pair[0]), pair),
-    )
+    ``[secret NAME]``: every stretch that spells a value, each of its characters as it is or
+    escaped as JSON, Python, URLs or HTML would escape it (:func:`secret_spans`), overlapping
+    values masked together, so no common encoding of a value, or of the text around it, lets
+    a piece of it through. (A job holds its secrets and could write them in a code of its own:
+    masking catches what ordinary tools echo, it is no defence against the job itself.)"""
+    values = {name: value for name, value in values.items() if value}
 
     def redact(text: str) -> str:
-        for form, mask in pairs:
-            text = text.replace(form, mask)
-        return text
+        if not values:
+            return text
+        out, cursor = [], 0
+        for start, stop, names in secret_spans(text, values):
+            out.append(text[cursor:start])
+            out.append(mask(names))
+            cursor = stop
+        out.append(text[cursor:])
+        return "".join(out)
 
     return redact
 
 
-def stored_redactor() -> Callable[[str], str] | None:
-    """A function masking every stored secret (:func:`redactor`); None when none is stored,
-    so a text without secrets stays exactly as it is."""
-    values = SecretBox().environment()
-    return redactor(values) if values else None
+class StoredSecrets:
+    """Masks every secret stored when it is called, not when it was made (a secret set while
+    a target runs is masked from then on). False while none is stored, so a text without
+    secrets can be kept exactly as it is."""
+
+    def __init__(self) -> None:
+        self.box = SecretBox()
+
+    def __bool__(self) -> bool:
+        return bool(self.box.environment())
+
+    def __call__(self, text: str) -> str:
+        values = self.box.environment()
+        return redactor(values)(text) if values else text
 
 
 def encoded_forms(value: str) -> set[str]:

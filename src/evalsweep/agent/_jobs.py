@@ -28,6 +28,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from evalsweep._atomic import atomic_write
 from evalsweep.agent import _ledger as ledger
 from evalsweep.agent._estimate import progress
 from evalsweep.agent._options import quoted_spec
@@ -38,7 +39,7 @@ from evalsweep.agent._supervise import REDACT_ENV
 from evalsweep.errors import EvalsweepError
 from evalsweep.options import to_argv, words_only_environment
 from evalsweep.runs import pinned_value
-from evalsweep.secrets import SecretBox, encoded_forms, redactor
+from evalsweep.secrets import SecretBox, mask, redactor, secret_spans
 from evalsweep.store import Store
 from evalsweep.text import visible
 
@@ -209,7 +210,8 @@ class Jobs:
         job_dir = self.jobs_dir / job_id
         out_dir = job_dir / "out"
         log_path = job_dir / "log.txt"
-        job_dir.mkdir(parents=True)
+        self.jobs_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        job_dir.mkdir(mode=0o700)  # its log holds what the job printed: the user's alone
         command = job_command(params, quote.target, store_path, out_dir, data_dir)
         deadline = reservation.deadline
         stop_at = supervisor_deadline(reservation)
@@ -260,7 +262,8 @@ class Jobs:
         env = words_only_environment(os.environ, secret_values)
         env[REDACT_ENV] = ",".join(sorted(secret_values))
         env[JOB_ENV] = job_id  # every process of the job carries it (see job_processes)
-        log_path.write_bytes(f"$ {self.secrets.redact(shlex.join(command))}\n".encode())
+        first = f"$ {self.secrets.redact(shlex.join(command))}\n".encode()
+        atomic_write(log_path, first, mode=0o600, exclusive=True)
         try:
             child = subprocess.Popen(
                 supervisor,
@@ -398,24 +401,21 @@ class Jobs:
         size = _size(path)
         if offset < 0 or offset > size:
             raise JobError(f"job {job_id}: offset {offset} is outside the log (0..{size})")
-        # Every form a secret may be written in (the same forms every mask covers), so a
-        # page never ends inside any of them.
-        values = sorted(
-            {
-                (form.encode(), f"[secret {n}]".encode())
-                for n, v in self.secrets.environment().items()
-                for form in encoded_forms(v)
-            },
-            key=lambda pair: (-len(pair[0]), pair),
-        )
-        longest = max((len(v) for v, _ in values), default=1)
+        values = self.secrets.environment()
+        # A value spelled with every character escaped is at most 12 times its length.
+        longest = max((12 * len(v) for v in values.values()), default=1)
         begin = max(offset - longest + 1, 0)
         with path.open("rb") as handle:
             handle.seek(begin)
             # A few bytes beyond the page too: enough to see whether it ends inside a
             # character (a UTF-8 sequence is at most 4 bytes).
             window = handle.read(offset - begin + max_bytes + longest + 3)
-        spans = secret_spans(window, values, begin)
+        # Every spelling of every value the masks cover (one byte, one character), so a
+        # page never ends inside any of them.
+        spans = [
+            (begin + start, begin + stop, mask(names).encode())
+            for start, stop, names in secret_spans(window.decode("latin-1"), values)
+        ]
         end = min(offset + max_bytes, begin + len(window))
         for start, stop, _ in spans:
             if start < end < stop:
@@ -423,10 +423,10 @@ class Jobs:
         end = _char_boundary(window, begin, offset, end, spans)
         text = b""
         cursor = offset
-        for start, stop, mask in spans:
+        for start, stop, masked in spans:
             if stop <= offset or start >= end:
                 continue
-            text += window[cursor - begin : max(start, cursor) - begin] + mask
+            text += window[cursor - begin : max(start, cursor) - begin] + masked
             cursor = stop
         text += window[cursor - begin : end - begin] if cursor < end else b""
         return self.secrets.redact(text.decode(errors="replace")), end, size
@@ -638,7 +638,7 @@ def _last_line(path: Path, secrets: SecretBox) -> str:
     if not path.exists():
         return ""
     values = secrets.environment()
-    longest = max((len(f.encode()) for v in values.values() for f in encoded_forms(v)), default=0)
+    longest = max((12 * len(v) for v in values.values()), default=0)
     size = _size(path)
     start = max(size - 4096 - longest, 0)
     with path.open("rb") as handle:
@@ -686,22 +686,6 @@ def live_progress(store: Store, job: dict[str, Any]) -> list[dict[str, Any]]:
             }
         )
     return parts
-
-
-def secret_spans(
-    window: bytes, values: list[tuple[bytes, bytes]], begin: int
-) -> list[tuple[int, int, bytes]]:
-    """(start, stop, mask) of every secret value in ``window`` (at file offset ``begin``),
-    longest value first where two overlap, as the supervisor's replacement does."""
-    taken: list[tuple[int, int, bytes]] = []
-    for value, mask in values:
-        at = window.find(value)
-        while at >= 0:
-            start, stop = begin + at, begin + at + len(value)
-            if not any(s < stop and start < e for s, e, _ in taken):
-                taken.append((start, stop, mask))
-            at = window.find(value, at + 1)
-    return sorted(taken)
 
 
 def _char_boundary(

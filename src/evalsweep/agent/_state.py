@@ -56,7 +56,7 @@ from evalsweep.agent._tool_results import (
 )
 from evalsweep.compute import LifecycleTarget, Target, load_targets
 from evalsweep.config import load_config
-from evalsweep.errors import EvalsweepError, TargetError
+from evalsweep.errors import ConfigError, EvalsweepError, TargetError
 from evalsweep.options import agent_options, option
 from evalsweep.secrets import SecretBox
 from evalsweep.store import Store
@@ -221,8 +221,12 @@ class AgentState:
         # wrote it; text that merely looks like a mask is written with its '[' escaped
         # (still the same JSON), so a real mask and a sent one read differently.
         raw = json.dumps(sent, ensure_ascii=True, sort_keys=True, default=repr)
-        received = self.secrets.redact(raw.replace("[secret ", "\\u005bsecret "))
-        message = visible(self.secrets.redact(" ".join(message.split())))
+        try:
+            received = self.secrets.redact(raw.replace("[secret ", "\\u005bsecret "))
+            message = visible(self.secrets.redact(" ".join(message.split())))
+        except ConfigError as exc:  # the secrets cannot be read: nothing unmasked is kept
+            received = json.dumps(f"(not recorded: {exc})")
+            message = f"(not recorded: {exc})"
         fields = arguments if isinstance(arguments, Mapping) else {}
         quote_id = fields.get("quote_id")
         quote_id = quote_id if isinstance(quote_id, str) and QUOTE_ID.match(quote_id) else None
@@ -458,6 +462,15 @@ def guarded(state: AgentState, fn: Callable[..., Awaitable[T]]) -> Callable[...,
 
     @functools.wraps(fn)
     async def wrapper(*args: Any, **kwargs: Any) -> CallToolResult:
+        try:
+            return await masked(*args, **kwargs)
+        except ConfigError as exc:
+            # Raised by the masking itself: the secrets cannot be read, so no text that might
+            # hold one is sent; the line names the file and the reason, never a value.
+            line = f"{tool}: nothing is shown while the secrets cannot be read: {exc}"
+            return CallToolResult(content=[TextContent(type="text", text=line)], is_error=True)
+
+    async def masked(*args: Any, **kwargs: Any) -> CallToolResult:
         arguments = {k: v for k, v in kwargs.items() if k not in ("ctx", "consent")}
         try:
             result = await fn(*args, **kwargs)

@@ -20,6 +20,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from evalsweep._interval import progress_interval
@@ -36,11 +37,21 @@ STOP_GRACE_S = 0.5
 PROGRESS_PREFIX = b"@evalsweep-progress "
 
 
-class Tracker:
-    """Requests answered per label ('reference · task'), from the job's progress lines."""
+def _count(value: object) -> int | None:
+    """A count a progress line gave, or None when it is not a whole number of 0 or more."""
+    return value if type(value) is int and value >= 0 else None
 
-    def __init__(self, store: str, job: str, log: object) -> None:
-        self.store, self.job, self.log = store, job, log
+
+class Tracker:
+    """Requests answered per label ('reference · task'), from the job's progress lines.
+
+    What a progress line says is the job's text like any other: its label and note are
+    masked (``redact``) before they reach the store or the log, and a line that does not
+    hold what a progress line holds is dropped, never an error of the supervisor's.
+    """
+
+    def __init__(self, store: str, job: str, redact: Callable[[str], str]) -> None:
+        self.store, self.job, self.redact = store, job, redact
         self.parts: dict[str, list[int]] = {}
         self.current: str | None = None
         self.changed = False
@@ -53,20 +64,28 @@ class Tracker:
             return raw
         try:
             event = json.loads(raw[len(PROGRESS_PREFIX) :])
-        except ValueError:
+        except (ValueError, RecursionError):
+            return None
+        if not isinstance(event, dict):
             return None
         kind = event.get("event")
         if kind == "start":
-            self.current = str(event.get("label", ""))
-            self.parts[self.current] = [0, int(event.get("total", 0))]
+            total = _count(event.get("total", 0))
+            if total is None:
+                return None
+            self.current = self.redact(str(event.get("label", "")))
+            self.parts[self.current] = [0, total]
         elif kind == "advance" and self.current in self.parts:
+            count = _count(event.get("count", 0))
+            if count is None:
+                return None
             part = self.parts[self.current]
-            part[0] = min(part[0] + int(event.get("count", 0)), part[1])
+            part[0] = min(part[0] + count, part[1])
         elif kind == "finish" and self.current in self.parts:
             self.parts[self.current][0] = self.parts[self.current][1]
             self.current = None
         elif kind == "note":
-            return f"{event.get('message', '')}\n".encode()
+            return f"{event.get('message', '')}\n".encode("utf-8", "replace")
         self.changed = True
         return None
 
@@ -127,7 +146,7 @@ def main(argv: list[str] | None = None) -> int:
         timer = threading.Timer(max(args.deadline - time.time(), 0.0), at_deadline)
         timer.daemon = True
         timer.start()
-        tracker = Tracker(args.store, args.job, log)
+        tracker = Tracker(args.store, args.job, redact)
         assert child.stdout is not None
         for raw in iter(child.stdout.readline, b""):
             line = tracker.line(raw)
@@ -223,5 +242,19 @@ def _record_end(args: argparse.Namespace, code: int, reason: str, ended: float) 
         store.audit_end(args.audit, code, size)
 
 
+def masked_main() -> int:
+    """``main``, whose own failure (never the job's) is one line in the log with every secret
+    the job was given masked, never a traceback that could quote one."""
+    names = [n for n in os.environ.get(REDACT_ENV, "").split(",") if n]
+    redact = redactor({n: os.environ[n] for n in names if os.environ.get(n)})
+    try:
+        return main()
+    except Exception as exc:
+        sys.stderr.write(
+            redact(f"evalsweep: the job's supervisor failed: {type(exc).__name__}: {exc}\n")
+        )
+        return 1
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(masked_main())

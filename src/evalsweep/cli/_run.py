@@ -120,20 +120,26 @@ def _stored_document(
 
 def _environment_from_stdin() -> list[str]:
     """Secrets sent by the machine that started this run: a JSON object on stdin, into the
-    environment of this process (model downloads, API calls); returns their names."""
+    environment of this process (model downloads, API calls); returns their names. Each
+    name and value is held to the rule of a stored secret (``evalsweep.secrets``)."""
     from evalsweep.errors import ConfigError
-    from evalsweep.secrets import check_secret_name
+    from evalsweep.secrets import check_name, check_value
 
+    bad = "--env-stdin: stdin is not a JSON object of names and values"
     try:
         values = json.loads(sys.stdin.readline() or "{}")
-    except ValueError:
-        raise ConfigError("--env-stdin: stdin is not a JSON object of names and values") from None
+    except (ValueError, RecursionError):
+        raise ConfigError(bad) from None
     if not isinstance(values, dict) or not all(
         isinstance(k, str) and isinstance(v, str) for k, v in values.items()
     ):
-        raise ConfigError("--env-stdin: stdin is not a JSON object of names and values")
-    for name in values:
-        check_secret_name(name, "--env-stdin: secret")
+        raise ConfigError(bad)
+    for name, value in values.items():
+        try:
+            check_name(name)
+            check_value(name, value)
+        except ConfigError as exc:
+            raise ConfigError(f"--env-stdin: {exc}") from None
     os.environ.update(values)
     return sorted(values)
 

@@ -21,6 +21,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import IO, Any
 
+from evalsweep.secrets import StoredSecrets
 from evalsweep.store import Store
 
 #: Exit code recorded for a command killed at its time limit (as coreutils' ``timeout``).
@@ -71,31 +72,37 @@ class CommandRunner:
     Args:
         store: the results store whose audit log receives the entries.
         target: the target's name, recorded with each entry.
-        redact: replaces secret values in text. By default every stored secret
-            (``evalsweep.secrets.stored_redactor``), whichever target runs and whatever
-            it was given: the audit log records the redacted command text (the exact
-            text whenever it holds no secret), and callers get redacted output.
+        redact: replaces secret values in text. By default every stored secret, as stored
+            when each command runs (``evalsweep.secrets.StoredSecrets``), whichever target
+            runs and whatever it was given: the audit log records the redacted command
+            text (the exact text whenever it holds no secret), and callers get redacted
+            output.
     """
 
     def __init__(
         self, store: Store, target: str, redact: Callable[[str], str] | None = None
     ) -> None:
-        from evalsweep.secrets import stored_redactor
-
         self.store = store
         self.target = target
-        self.redact = redact if redact is not None else stored_redactor()
+        self.redact: Callable[[str], str] | StoredSecrets = (
+            redact if redact is not None else StoredSecrets()
+        )
+
+    def _masks(self) -> bool:
+        """Whether there is anything to mask (a given function always; stored secrets when
+        there are some)."""
+        return bool(self.redact) if isinstance(self.redact, StoredSecrets) else True
 
     def _clean(self, text: str) -> str:
-        return self.redact(text) if self.redact is not None else text
+        return self.redact(text) if self._masks() else text
 
     def _clean_detail(self, detail: dict[str, Any] | None) -> dict[str, Any] | None:
-        if self.redact is None or detail is None:
+        if not self._masks() or detail is None:
             return detail
         return {key: _redacted(value, self.redact) for key, value in detail.items()}
 
     def _clean_bytes(self, data: bytes) -> bytes:
-        if self.redact is None or not data:
+        if not self._masks() or not data:
             return data
         return self.redact(data.decode(errors="replace")).encode()
 

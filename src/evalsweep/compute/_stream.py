@@ -62,13 +62,17 @@ def relay(line: str, progress: Progress, prefix: str = "") -> None:
         return
     try:
         fields = json.loads(line[len(PREFIX) :])
-    except ValueError:
+    except (ValueError, RecursionError):
+        return
+    if not isinstance(fields, dict):
         return
     event = fields.get("event")
-    if event == "start":
-        progress.start(f"{prefix}{fields.get('label', '')}", int(fields.get("total", 0)))
-    elif event == "advance":
-        progress.advance(int(fields.get("count", 0)))
+    # Counts are the remote's text like any other: a line without whole numbers is dropped.
+    total, count = fields.get("total", 0), fields.get("count", 0)
+    if event == "start" and type(total) is int and total >= 0:
+        progress.start(f"{prefix}{fields.get('label', '')}", total)
+    elif event == "advance" and type(count) is int and count >= 0:
+        progress.advance(count)
     elif event == "finish":
         progress.finish()
     elif event == "note":

@@ -19,6 +19,7 @@ from typing import Any
 from evalsweep import __version__
 from evalsweep._atomic import atomic_write
 from evalsweep.engine import SweepResult
+from evalsweep.errors import ConfigError
 from evalsweep.jsonl import dumps_lines
 from evalsweep.report._schema import (
     CheckpointEntry,
@@ -185,18 +186,28 @@ def sample_lines(result: SweepResult) -> Iterator[dict[str, Any]]:
 
 def write_outputs(out_dir: Path, document: ResultDocument, result: SweepResult) -> None:
     """Write ``results.json`` and ``samples.jsonl`` atomically (temp file, then rename)."""
-    out_dir.mkdir(parents=True, exist_ok=True)
+    _make_folder(out_dir)
     _atomic_write(out_dir / "results.json", document_json(document) + "\n")
     _atomic_write(out_dir / "samples.jsonl", dumps_lines(sample_lines(result)))
 
 
 def write_text(path: Path, text: str) -> None:
     """Write a text file atomically, creating its folder."""
-    path.parent.mkdir(parents=True, exist_ok=True)
+    _make_folder(path.parent)
     _atomic_write(path, text)
+
+
+def _make_folder(folder: Path) -> None:
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ConfigError(f"cannot create the folder {folder} ({exc.strerror})") from None
 
 
 def _atomic_write(path: Path, text: str | bytes) -> None:
     """``path`` written whole (:mod:`evalsweep._atomic`), readable as an ordinary ``open()``
-    would leave it (0666 less the umask)."""
-    atomic_write(path, text, mode=0o666)
+    would leave it (0666 less the umask). A path that cannot be written is one line."""
+    try:
+        atomic_write(path, text, mode=0o666)
+    except OSError as exc:
+        raise ConfigError(f"cannot write {path} ({exc.strerror})") from None
