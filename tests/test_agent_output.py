@@ -9,6 +9,7 @@ know about) and is read back page by page.
 from __future__ import annotations
 
 import json
+import os
 import re
 import secrets
 import subprocess
@@ -190,6 +191,7 @@ def test_log_pages_never_split_a_character_or_a_secret(tmp_path: Path) -> None:
     log = tmp_path / "log.txt"
     content = "┃ a ┃ é \U0001f600\n" * 5 + "x secretvalue123 y secretvalue123secretvalue123\n"
     log.write_text(content + "┃" * 20 + "secretvalue123")
+    log.chmod(0o600)  # as the server creates a job's log
     expected = log.read_text().replace("secretvalue123", "[secret KEY]")
     with Store(tmp_path / "s.sqlite") as store:
         jobs = Jobs(store, AgentSettings(), box, tmp_path / "jobs")
@@ -231,6 +233,7 @@ def test_log_pages_and_the_last_line_never_show_a_piece_of_any_form_of_a_secret(
     log = tmp_path / "log.txt"
     forms = ['"late\\/value+123"', "late%2Fvalue%2B123", "late%2fvalue%2b123", "late/value+123"]
     log.write_text("".join(f"x {form} y\n" for form in forms))
+    log.chmod(0o600)  # as the server creates a job's log
     with Store(tmp_path / "s.sqlite") as store:
         jobs = Jobs(store, AgentSettings(), box, tmp_path / "jobs")
         with store.connection:
@@ -255,3 +258,26 @@ def test_log_pages_and_the_last_line_never_show_a_piece_of_any_form_of_a_secret(
         line = _last_line(log, box)
         assert "value" not in line and "123" not in line and "late" not in line, before
         assert line.endswith("w" * 480)
+
+
+def test_a_log_someone_else_could_place_is_never_read(tmp_path: Path) -> None:
+    """The jobs folder and the job's folder must be private, and the log the user's own
+    regular file: a link planted as the log (to the secrets, say) is refused, not read."""
+    from evalsweep.agent._jobs import JobError, _last_line, _open_log
+    from evalsweep.secrets import SecretBox
+
+    box = SecretBox(tmp_path / "config")
+    box.set("KEY", "secretvalue123")
+    job = tmp_path / "jobs" / "j-0000000000"
+    job.mkdir(parents=True, mode=0o700)
+    (job / "log.txt").symlink_to(box.key_path)
+    with pytest.raises(JobError, match="log.txt cannot be opened"):
+        _open_log(job / "log.txt", os.O_RDONLY)
+    assert _last_line(job / "log.txt", box) == ""
+    (job / "log.txt").unlink()
+    (job / "log.txt").write_text("fine\n")
+    (job / "log.txt").chmod(0o600)
+    assert _last_line(job / "log.txt", box) == "fine"
+    (tmp_path / "jobs").chmod(0o777)  # anyone could swap the job's folder
+    with pytest.raises(JobError, match="others can write to it"):
+        _open_log(job / "log.txt", os.O_RDONLY)

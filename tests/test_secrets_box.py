@@ -114,7 +114,7 @@ def test_files_are_0600_under_any_umask_and_never_written_through_a_link(
     # A link planted at the secrets file itself is never read nor written through.
     (conf / "secrets.json").unlink()
     (conf / "secrets.json").symlink_to(victim)
-    with pytest.raises(ConfigError, match=r"^cannot read .*secrets\.json \("):
+    with pytest.raises(ConfigError, match=r"secrets\.json cannot be opened \("):
         SecretBox(conf).set("OTHER", "abcdefgh")
     assert victim.read_text() == "{}"
 
@@ -380,3 +380,40 @@ def test_a_remote_progress_line_without_whole_numbers_is_dropped() -> None:
                    "count": -1}, [1, 2], {"event": "start", "total": 10**400}):  # fmt: skip
         relay(PREFIX + json.dumps(fields), SilentProgress())
     relay(PREFIX + "[" * 100000, SilentProgress())
+
+
+def test_a_token_that_is_not_one_is_one_line(tmp_path: Path) -> None:
+    SecretBox(tmp_path).set("HF_TOKEN", "hf_abcdefgh")
+    (tmp_path / "secrets.json").write_text('{"HF_TOKEN": "\\ud800"}')
+    with pytest.raises(ConfigError, match="expected a JSON object of name -> token"):
+        SecretBox(tmp_path).environment()
+
+
+def test_a_change_of_mode_is_seen_by_a_box_already_in_use(tmp_path: Path) -> None:
+    box = SecretBox(tmp_path)
+    box.set("HF_TOKEN", "hf_abcdefgh")
+    assert box.environment() == {"HF_TOKEN": "hf_abcdefgh"}  # read, and kept
+    os.chmod(box.key_path, 0o644)
+    with pytest.raises(ConfigError, match="readable by others"):
+        box.environment()
+    os.chmod(box.key_path, 0o600)
+    tmp_path.chmod(0o777)
+    with pytest.raises(ConfigError, match="others can write to it"):
+        box.environment()
+
+
+def test_every_escape_of_python_and_html_is_masked() -> None:
+    import unicodedata
+
+    value = "hf_Token-9.8/7+6=5~4"
+    redact = redactor({"T": value})
+    spellings = [
+        "".join(f"&#x{ord(c):04X};" for c in value),
+        "".join(f"&#{ord(c):03d};" for c in value),
+        "".join(f"\\U{ord(c):08x}" for c in value),
+        "".join(f"\\{ord(c):o}" for c in value),
+        "".join(f"\\N{{{unicodedata.name(c)}}}" for c in value),
+        value.replace("_", "&lowbar;").replace("+", "&plus;").replace("/", "&sol;"),
+    ]
+    for spelled in spellings:
+        assert redact(f"<{spelled}>") == "<[secret T]>", spelled

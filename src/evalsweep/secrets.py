@@ -32,10 +32,10 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import functools
 import json
 import os
 import re
-import stat
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -43,6 +43,7 @@ from typing import TYPE_CHECKING
 from evalsweep._atomic import atomic_write
 from evalsweep.config import config_path
 from evalsweep.errors import ConfigError
+from evalsweep.statedir import NotPrivate, open_own_file, open_private_dir
 
 if TYPE_CHECKING:
     from cryptography.fernet import Fernet
@@ -58,6 +59,8 @@ VALUE_RULE = (
     f"{MIN_LENGTH} to {MAX_LENGTH} of the characters A-Z a-z 0-9 . _ ~ + / = - (a token: "
     "every log and message writes such a value as it is, so it is always masked)"
 )
+#: What an encrypted token in the secrets file is (Fernet's URL-safe base64).
+TOKEN = re.compile(r"[A-Za-z0-9_=-]{1,65536}")
 #: The largest secrets file read (names and encrypted tokens).
 MAX_FILE_BYTES = 4 << 20
 #: Names of evalsweep's own settings: never a secret's.
@@ -117,11 +120,7 @@ class SecretBox:
         """Every secret as ``{NAME: value}``, for a job's environment only."""
         from cryptography.fernet import InvalidToken
 
-        try:
-            seen = self.path.stat()
-            mtime: tuple[int, ...] = (seen.st_mtime_ns, seen.st_ino, seen.st_size)
-        except OSError:
-            mtime = ()
+        mtime = self._seen()
         if self._cache and self._cache[0] == mtime:
             return dict(self._cache[1])
         tokens = self._tokens()
@@ -148,6 +147,21 @@ class SecretBox:
         """``text`` with every stored secret's value masked (see :func:`redactor`)."""
         return redactor(self.environment())(text)
 
+    def _seen(self) -> tuple[int, ...]:
+        """What the cached values depend on: the folder, the secrets file and the key as they
+        are now (without following a link), owner and mode included. Any change (a chmod,
+        another owner, a new file) reads them again, with every check."""
+        seen: list[int] = []
+        for path in (self.directory, self.path, self.key_path):
+            try:
+                info = os.lstat(path)
+            except OSError:
+                seen += [-1]
+                continue
+            seen += [info.st_ino, info.st_dev, info.st_mode, info.st_uid, info.st_size,
+                     info.st_mtime_ns, info.st_ctime_ns]  # fmt: skip
+        return tuple(seen)
+
     @contextlib.contextmanager
     def _locked(self) -> Iterator[None]:
         """The secrets file to change, for this process alone (``secrets.lock``)."""
@@ -171,63 +185,32 @@ class SecretBox:
         finally:
             os.close(fd)
 
-    def _directory(self, *, create: bool, check: bool = True) -> int:
-        """The directory, opened; created 0700. Refused (``check``) unless it is the user's
-        and no one else can write to it: another user could otherwise swap the files in it."""
+    def _directory(self, *, create: bool) -> int:
+        """The folder, opened; created 0700. Refused unless it is the user's and no one else
+        can write to it: another user could otherwise swap the files in it
+        (:func:`evalsweep.statedir.open_private_dir`, the one rule for private folders)."""
         try:
-            if create:
-                self.directory.mkdir(mode=0o700, parents=True, exist_ok=True)
-            fd = os.open(self.directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-        except OSError as exc:
-            raise ConfigError(
-                f"cannot use the secrets directory {self.directory} ({exc.strerror})"
-            ) from None
-        if check:
-            self._check_directory(fd)
-        return fd
-
-    def _check_directory(self, fd: int) -> None:
-        info = os.fstat(fd)
-        if info.st_uid != os.geteuid() or info.st_mode & 0o022:
-            os.close(fd)
-            raise ConfigError(
-                f"secrets directory {self.directory} belongs to another user or others can "
-                f"write to it (mode {info.st_mode & 0o777:o}); make it yours and 0700"
-            )
+            return open_private_dir(self.directory.resolve(), create=create)
+        except NotPrivate as exc:
+            raise ConfigError(f"secrets {exc}") from None
 
     def _read_private(self, name: str, limit: int) -> bytes | None:
-        """A file of the directory (None when there is none): opened without following a
-        link, and read only if the directory is private and the file is the user's regular
-        file that no one else can read."""
+        """A file of the folder (None when there is none), read only if the folder is private
+        and the file is the user's regular file that no one else can read
+        (:func:`evalsweep.statedir.open_own_file`)."""
         shown = self.directory / name
-        if not self.directory.exists():
-            return None
-        directory = self._directory(create=False, check=False)
-        try:
-            fd = os.open(
-                name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=directory
-            )
-        except FileNotFoundError:
-            os.close(directory)
+        if not os.path.lexists(shown):
             return None  # nothing stored: whoever can write here, there is nothing to use
-        except OSError as exc:
+        directory = self._directory(create=False)
+        try:
+            fd = open_own_file(directory, name, os.O_RDONLY, str(shown))
+        except FileNotFoundError:
+            return None
+        except NotPrivate as exc:
+            raise ConfigError(str(exc)) from None
+        finally:
             os.close(directory)
-            raise ConfigError(f"cannot read {shown} ({exc.strerror})") from None
         try:
-            self._check_directory(directory)  # closes it when refused
-        except ConfigError:
-            os.close(fd)
-            raise
-        os.close(directory)
-        try:
-            info = os.fstat(fd)
-            if not stat.S_ISREG(info.st_mode) or info.st_uid != os.geteuid():
-                raise ConfigError(f"{shown} is not a regular file of yours; refusing to use it")
-            if info.st_mode & 0o077:
-                raise ConfigError(
-                    f"{shown} is readable by others (mode {info.st_mode & 0o777:o}); "
-                    "refusing to use it"
-                )
             data = os.read(fd, limit + 1)
         except OSError as exc:
             raise ConfigError(f"cannot read {shown} ({exc.strerror})") from None
@@ -247,7 +230,8 @@ class SecretBox:
             reason = "not UTF-8" if isinstance(exc, UnicodeDecodeError) else "not JSON"
             raise ConfigError(f"cannot read secrets {self.path}: {reason}") from None
         if not isinstance(loaded, dict) or not all(
-            isinstance(k, str) and isinstance(v, str) for k, v in loaded.items()
+            isinstance(k, str) and isinstance(v, str) and TOKEN.fullmatch(v)
+            for k, v in loaded.items()
         ):
             raise ConfigError(f"{self.path}: expected a JSON object of name -> token")
         for name in loaded:
@@ -318,21 +302,43 @@ def _hex(number: int, width: int) -> str:
     return "".join(f"[{c}{c.upper()}]" if c.isalpha() else c for c in f"{number:0{width}x}")
 
 
+@functools.lru_cache(maxsize=4096)
 def _spelled(char: str) -> str:
     """A pattern for ``char`` in every spelling the escapes of JSON, Python, URLs and HTML give
-    it (hex in either case): itself, ``\\uXXXX`` (a surrogate pair beyond the BMP),
-    ``\\xXX``, ``%XX`` of each UTF-8 byte, ``&#N;`` and ``&#xX;``, JSON's ``\\/``, the backslash
-    escapes of quotes, the backslash and white space, and any run of white space for white
-    space (folded text)."""
+    it (hex in either case, up to 8 leading zeros where the syntax allows them): itself;
+    ``\\uXXXX`` (a surrogate pair beyond the BMP), ``\\UXXXXXXXX``, ``\\xXX``, an octal
+    ``\\NNN`` and ``\\N{NAME}``; ``%XX`` of each UTF-8 byte; ``&#N;``, ``&#xX;`` and every
+    named HTML reference of the character (``html.entities.html5``); JSON's ``\\/``; the
+    backslash escapes of quotes, the backslash and white space; and any run of white space
+    for white space (folded text). The names come from the standards' own tables."""
+    import html.entities
+    import unicodedata
+
     code = ord(char)
-    options = [re.escape(char), f"&#{code};", f"&#[xX]{_hex(code, 1)};"]
+    zeros = "0{0,8}"
+    options = [re.escape(char), f"&#{zeros}{code};", f"&#[xX]{zeros}{_hex(code, 1)};"]
+    options += [
+        re.escape(f"&{name}") + ("" if name.endswith(";") else ";?")
+        for name, text in html.entities.html5.items()
+        if text == char
+    ]
     if code > 0xFFFF:
         high, low = divmod(code - 0x10000, 0x400)
         options.append(rf"\\u{_hex(0xD800 + high, 4)}\\u{_hex(0xDC00 + low, 4)}")
     else:
         options.append(rf"\\u{_hex(code, 4)}")
+    options.append(rf"\\U{_hex(code, 8)}")
     if code <= 0xFF:
         options.append(rf"\\x{_hex(code, 2)}")
+    if code <= 0o777:
+        options.append(rf"\\0{{0,2}}{code:o}(?![0-7])" if code < 0o100 else rf"\\{code:o}")
+    name = unicodedata.name(char, "")
+    if name:
+        options.append(
+            r"\\N\{"
+            + "".join(f"[{c.lower()}{c}]" if c.isalpha() else re.escape(c) for c in name)
+            + r"\}"
+        )
     options.append("".join(f"%{_hex(byte, 2)}" for byte in char.encode("utf-8")))
     short = {"/": "/", '"': '"', "'": "'", "\\": "\\\\", "\t": "t", "\n": "n", "\r": "r"}
     if char in short:
@@ -342,8 +348,19 @@ def _spelled(char: str) -> str:
     return "(?:" + "|".join(options) + ")"
 
 
-def _pattern(value: str) -> str:
-    return "".join(_spelled(char) for char in value)
+def spelled_length(value: str) -> int:
+    """The most characters any one spelling of ``value`` may take (a bound for readers that
+    look at a window of text, so a value at its edge is seen whole)."""
+    import unicodedata
+
+    per = [64 + len(unicodedata.name(char, "")) for char in value]
+    return sum(per)
+
+
+@functools.lru_cache(maxsize=256)
+def _finder(value: str) -> re.Pattern[str]:
+    """Every place a spelling of ``value`` starts (overlapping), its extent in group 1."""
+    return re.compile("(?=(" + "".join(_spelled(char) for char in value) + "))")
 
 
 def secret_spans(text: str, values: Mapping[str, str]) -> list[tuple[int, int, tuple[str, ...]]]:
@@ -354,7 +371,7 @@ def secret_spans(text: str, values: Mapping[str, str]) -> list[tuple[int, int, t
     for name, value in values.items():
         if not value:
             continue
-        for match in re.finditer(f"(?=({_pattern(value)}))", text):
+        for match in _finder(value).finditer(text):
             found.append((match.start(1), match.end(1), name))
     found.sort()
     merged: list[tuple[int, int, tuple[str, ...]]] = []

@@ -33,20 +33,66 @@ def state_dir() -> Path:
     return Path(base) / "evalsweep"
 
 
-def _open_private_dir(path: Path) -> int:
+class NotPrivate(Exception):
+    """A folder or file someone else could have placed or changed; the message, one line."""
+
+
+def open_private_dir(path: Path, *, create: bool) -> int:
+    """``path`` opened as a folder (never through a link), created 0700 when ``create``.
+
+    Raises:
+        NotPrivate: it cannot be opened, or it is not the user's, or others can write to it
+            (they could then swap what is in it).
+    """
     shown = display_path(path)
     try:
-        path.mkdir(mode=0o700, parents=True, exist_ok=True)
+        if create:
+            path.mkdir(mode=0o700, parents=True, exist_ok=True)
         fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
     except OSError as error:
-        raise KeyUnavailable(f"state directory {shown} cannot be used ({error.strerror})") from None
+        raise NotPrivate(f"folder {shown} cannot be used ({error.strerror})") from None
     info = os.fstat(fd)
     if info.st_uid != os.geteuid() or info.st_mode & 0o022:
         os.close(fd)
-        raise KeyUnavailable(
-            f"state directory {shown} belongs to another user or others can write to it"
+        raise NotPrivate(
+            f"folder {shown} belongs to another user or others can write to it "
+            f"(mode {info.st_mode & 0o777:o}); make it yours and 0700"
         )
     return fd
+
+
+def open_own_file(directory: int, name: str, flags: int, shown: str) -> int:
+    """``name`` in the open folder ``directory``, opened with ``flags`` never through a link
+    and never waiting (a FIFO), and kept only if it is a regular file of the user's that no
+    one else can read or write.
+
+    Raises:
+        FileNotFoundError: there is none.
+        NotPrivate: anything else that is not such a file.
+    """
+    try:
+        fd = os.open(name, flags | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=directory)
+    except FileNotFoundError:
+        raise
+    except OSError as error:
+        raise NotPrivate(f"{shown} cannot be opened ({error.strerror})") from None
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode) or info.st_uid != os.geteuid():
+        os.close(fd)
+        raise NotPrivate(f"{shown} is not a regular file of yours; refusing to use it")
+    if info.st_mode & 0o077:
+        os.close(fd)
+        raise NotPrivate(
+            f"{shown} is readable by others (mode {info.st_mode & 0o777:o}); refusing to use it"
+        )
+    return fd
+
+
+def _open_private_dir(path: Path) -> int:
+    try:
+        return open_private_dir(path, create=True)
+    except NotPrivate as error:
+        raise KeyUnavailable(f"state {error}") from None
 
 
 def _read_key(directory: int, name: str, shown: str) -> bytes | None:

@@ -39,7 +39,8 @@ from evalsweep.agent._supervise import REDACT_ENV
 from evalsweep.errors import EvalsweepError
 from evalsweep.options import to_argv, words_only_environment
 from evalsweep.runs import pinned_value
-from evalsweep.secrets import SecretBox, mask, redactor, secret_spans
+from evalsweep.secrets import SecretBox, mask, redactor, secret_spans, spelled_length
+from evalsweep.statedir import NotPrivate, open_own_file, open_private_dir
 from evalsweep.store import Store
 from evalsweep.text import visible
 
@@ -210,8 +211,13 @@ class Jobs:
         job_dir = self.jobs_dir / job_id
         out_dir = job_dir / "out"
         log_path = job_dir / "log.txt"
-        self.jobs_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
-        job_dir.mkdir(mode=0o700)  # its log holds what the job printed: the user's alone
+        # The jobs folder is private (the one rule, statedir.open_private_dir): a job's log
+        # holds what the job printed, and no one else may place or swap anything in it.
+        jobs = _private(self.jobs_dir, create=True)
+        try:
+            os.mkdir(job_id, 0o700, dir_fd=jobs)
+        finally:
+            os.close(jobs)
         command = job_command(params, quote.target, store_path, out_dir, data_dir)
         deadline = reservation.deadline
         stop_at = supervisor_deadline(reservation)
@@ -269,7 +275,7 @@ class Jobs:
                 supervisor,
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL,
-                stderr=open(log_path, "ab"),  # noqa: SIM115 - the child keeps it
+                stderr=_open_log(log_path, os.O_WRONLY | os.O_APPEND),  # the child keeps it
                 env=env,
                 start_new_session=True,
                 close_fds=True,
@@ -398,14 +404,15 @@ class Jobs:
             raise JobError("max_bytes must be 1 or more")
         job = self.row(job_id)
         path = Path(job["log_path"])
-        size = _size(path)
+        log = _open_log(path, os.O_RDONLY)
+        size = os.fstat(log).st_size
         if offset < 0 or offset > size:
+            os.close(log)
             raise JobError(f"job {job_id}: offset {offset} is outside the log (0..{size})")
         values = self.secrets.environment()
-        # A value spelled with every character escaped is at most 12 times its length.
-        longest = max((12 * len(v) for v in values.values()), default=1)
+        longest = max((spelled_length(v) for v in values.values()), default=1)
         begin = max(offset - longest + 1, 0)
-        with path.open("rb") as handle:
+        with os.fdopen(log, "rb") as handle:
             handle.seek(begin)
             # A few bytes beyond the page too: enough to see whether it ends inside a
             # character (a UTF-8 sequence is at most 4 bytes).
@@ -628,20 +635,52 @@ def _signal_group(pid: int, sig: signal.Signals) -> None:
         os.killpg(pid, sig)
 
 
+def _private(folder: Path, *, create: bool) -> int:
+    try:
+        return open_private_dir(folder, create=create)
+    except NotPrivate as exc:
+        raise JobError(f"jobs {exc}") from None
+
+
+def _open_log(path: Path, flags: int) -> int:
+    """A job's log, opened only through private folders (the jobs folder and the job's) and
+    only if it is the user's own regular file, never through a link: a log someone else
+    placed or swapped is never read or written."""
+    jobs = _private(path.parent.parent, create=False)
+    os.close(jobs)
+    job = _private(path.parent, create=False)
+    try:
+        return open_own_file(job, path.name, flags, str(path))
+    except NotPrivate as exc:
+        raise JobError(str(exc)) from None
+    finally:
+        os.close(job)
+
+
 def _size(path: Path) -> int:
-    return path.stat().st_size if path.exists() else 0
+    """The log's size; 0 while there is none or it is not one to read."""
+    try:
+        log = _open_log(path, os.O_RDONLY)
+    except (JobError, FileNotFoundError):
+        return 0
+    try:
+        return os.fstat(log).st_size
+    finally:
+        os.close(log)
 
 
 def _last_line(path: Path, secrets: SecretBox) -> str:
     """The log's last non-empty line, its last 500 characters, with every secret masked
     before anything is cut (a cut value would no longer be recognised as one)."""
-    if not path.exists():
+    try:
+        log = _open_log(path, os.O_RDONLY)
+    except (JobError, FileNotFoundError):
         return ""
     values = secrets.environment()
-    longest = max((12 * len(v) for v in values.values()), default=0)
-    size = _size(path)
+    longest = max((spelled_length(v) for v in values.values()), default=0)
+    size = os.fstat(log).st_size
     start = max(size - 4096 - longest, 0)
-    with path.open("rb") as handle:
+    with os.fdopen(log, "rb") as handle:
         handle.seek(start)
         tail = handle.read().decode(errors="replace")
     text = redactor(values)(tail).replace("\r", "\n")

@@ -22,6 +22,7 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import BinaryIO
 
 from evalsweep._interval import progress_interval
 from evalsweep.secrets import redactor
@@ -35,6 +36,13 @@ PROGRESS_EVERY_S = 2.0
 STOP_GRACE_S = 0.5
 #: ``evalsweep run --progress-lines`` prefix (``evalsweep.compute._stream.PREFIX``).
 PROGRESS_PREFIX = b"@evalsweep-progress "
+
+
+def _log(path: str) -> BinaryIO:
+    """The job's log, to append to: never through a link (the server made it, 0600, in the
+    job's private folder)."""
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    return os.fdopen(fd, "ab", buffering=0)
 
 
 def _count(value: object) -> int | None:
@@ -115,7 +123,7 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     if not _record_pid(args.store, args.job) or stopped["reason"]:
         # Stopped before its command started (cancelled while it was being started).
-        with open(args.log, "ab") as early:
+        with _log(args.log) as early:
             early.write(b"evalsweep: job stopped before it started\n")
         _record_end(args, -1, "cancelled", time.time())
         return 0
@@ -124,7 +132,7 @@ def main(argv: list[str] | None = None) -> int:
     names = [n for n in env.pop(REDACT_ENV, "").split(",") if n]
     redact = redactor({n: env[n] for n in names if env.get(n)})
 
-    with open(args.log, "ab", buffering=0) as log:
+    with _log(args.log) as log:
         if time.time() >= args.deadline:
             log.write(b"evalsweep: job stopped at its deadline before it started\n")
             _record_end(args, -1, "deadline", time.time())
@@ -229,7 +237,7 @@ def _record_end(args: argparse.Namespace, code: int, reason: str, ended: float) 
             actual = ended - float(row[0])
             estimated = "unknown" if row[1] is None else f"{float(row[1]):.1f} s"
             line = f"evalsweep: took {actual:.1f} s, estimated {estimated}\n".encode()
-            with open(args.log, "ab") as log:
+            with _log(args.log) as log:
                 log.write(line)
             size += len(line)
             if reason == "deadline" and code != 0:
