@@ -179,11 +179,25 @@ async def test_results_fit_the_cap_as_sent_logs_page_safely_and_progress_shows(
     assert [c for p in pages for c in p["comparisons"]] == table["comparisons"]
 
 
+def finished_job(store: Store, box: Any, tmp_path: Path, log: Path) -> Any:
+    """A finished job 'j-0000000000' whose log is ``log``, and the jobs that know it."""
+    from evalsweep.agent._jobs import Jobs
+    from evalsweep.agent._settings import AgentSettings
+
+    jobs = Jobs(store, AgentSettings(), box, tmp_path / "jobs")
+    with store.connection:
+        store.connection.execute(
+            "INSERT INTO agent_jobs (job_id, quote_id, connection, target, params, plan, "
+            "argv, out_dir, log_path, status, started, deadline, work, loads) VALUES "
+            "('j-0000000000', 'q', 'c', 'local', '{}', '[]', '', '', ?, 'finished', 0, 0, 0, 0)",
+            (str(log),),
+        )
+    return jobs
+
+
 def test_log_pages_never_split_a_character_or_a_secret(tmp_path: Path) -> None:
     """Every page size, every start: pages join into the redacted log, none holds a piece
     of a secret or half a character (including a secret the job did not know about)."""
-    from evalsweep.agent._jobs import Jobs
-    from evalsweep.agent._settings import AgentSettings
     from evalsweep.secrets import SecretBox
 
     box = SecretBox(tmp_path / "config")
@@ -194,15 +208,7 @@ def test_log_pages_never_split_a_character_or_a_secret(tmp_path: Path) -> None:
     log.chmod(0o600)  # as the server creates a job's log
     expected = log.read_text().replace("secretvalue123", "[secret KEY]")
     with Store(tmp_path / "s.sqlite") as store:
-        jobs = Jobs(store, AgentSettings(), box, tmp_path / "jobs")
-        with store.connection:
-            store.connection.execute(
-                "INSERT INTO agent_jobs (job_id, quote_id, connection, target, params, plan, "
-                "argv, out_dir, log_path, status, started, deadline, work, loads) VALUES "
-                "('j-0000000000', 'q', 'c', 'local', '{}', '[]', '', '', ?, 'finished', 0, 0, "
-                "0, 0)",
-                (str(log),),
-            )
+        jobs = finished_job(store, box, tmp_path, log)
         for size in range(1, 40):
             offset, pages = 0, []
             while True:
@@ -224,8 +230,7 @@ def test_log_pages_and_the_last_line_never_show_a_piece_of_any_form_of_a_secret(
     """A form of a value other than the value itself (JSON's ``\\/``, URL-encoding) is one
     the pages keep whole too; and the last line is masked before it is cut, so its first
     characters are never the end of a value."""
-    from evalsweep.agent._jobs import Jobs, _last_line
-    from evalsweep.agent._settings import AgentSettings
+    from evalsweep.agent._jobs import _last_line
     from evalsweep.secrets import SecretBox
 
     box = SecretBox(tmp_path / "config")
@@ -235,15 +240,7 @@ def test_log_pages_and_the_last_line_never_show_a_piece_of_any_form_of_a_secret(
     log.write_text("".join(f"x {form} y\n" for form in forms))
     log.chmod(0o600)  # as the server creates a job's log
     with Store(tmp_path / "s.sqlite") as store:
-        jobs = Jobs(store, AgentSettings(), box, tmp_path / "jobs")
-        with store.connection:
-            store.connection.execute(
-                "INSERT INTO agent_jobs (job_id, quote_id, connection, target, params, plan, "
-                "argv, out_dir, log_path, status, started, deadline, work, loads) VALUES "
-                "('j-0000000000', 'q', 'c', 'local', '{}', '[]', '', '', ?, 'finished', 0, 0, "
-                "0, 0)",
-                (str(log),),
-            )
+        jobs = finished_job(store, box, tmp_path, log)
         for size in range(1, 30):
             offset, pages = 0, []
             while True:
