@@ -11,11 +11,10 @@ into place), so a planted link is never followed and a reader never sees half.
 Three rules make that hold by construction, not by a list of cases:
 
 * A value is a token (:data:`VALUE`): 6 to 4,096 of the characters
-  ``A-Z a-z 0-9 . _ ~ + / = -``. Python's ``repr`` and ``ascii``, JSON, shell
-  quoting, bytes, the renderer and folded white space all write such a value
-  exactly as it is; only JSON's optional ``\/`` and URL-encoding's ``%2B %2F
-  %3D`` spell it otherwise, and :func:`encoded_forms` holds those too. So masking
-  is a plain replacement of a finite set of strings.
+  ``A-Z a-z 0-9 . _ ~ + / = -``, which no quoting escapes. Masking
+  (:func:`secret_spans`) finds every stretch of text that spells a value with each
+  of its characters as it is or in any JSON, Python, URL or HTML escape, so a value
+  written whole or half escaped by any common encoder is found.
 * The directory is private: created 0700, and used only while it belongs to the
   user and no one else can write to it; both files are opened without following
   a link and used only if they are the user's regular files, readable by no one
@@ -432,9 +431,10 @@ class StoredSecrets:
 def encoded_forms(value: str) -> set[str]:
     """``value`` as it may appear inside a message: as it is, inside ``repr``'s quotes,
     inside a JSON string (ASCII-escaped or not, and with JSON's optional ``\\/``), as the
-    one renderer shows it, with its white space folded, and URL-encoded. For a secret's
-    value (a token, :data:`VALUE`) every form but the ``\\/`` and URL-encoded ones is the
-    value itself."""
+    one renderer shows it, with its white space folded, and URL-encoded. The MCP server
+    replaces a tool argument's text by its label in each of these forms
+    (``agent/_inputs.py``); secrets are masked by :func:`secret_spans`, which finds every
+    spelling, not a list."""
     from urllib.parse import quote
 
     from evalsweep.text import visible

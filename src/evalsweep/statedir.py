@@ -96,26 +96,18 @@ def _open_private_dir(path: Path) -> int:
 
 
 def _read_key(directory: int, name: str, shown: str) -> bytes | None:
-    """The key, None if there is none yet; KeyUnavailable if the file is not trustworthy."""
+    """The key, None if there is none yet; KeyUnavailable if the file is not trustworthy
+    (not the user's own regular file readable only by them, :func:`open_own_file`, or not
+    of the key's size)."""
     try:
-        fd = os.open(
-            name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=directory
-        )
+        fd = open_own_file(directory, name, os.O_RDONLY, f"key {shown}")
     except FileNotFoundError:
         return None
-    except OSError as error:
-        raise KeyUnavailable(f"key {shown} cannot be opened ({error.strerror})") from None
+    except NotPrivate as error:
+        raise KeyUnavailable(str(error)) from None
     try:
-        info = os.fstat(fd)
-        if (
-            not stat.S_ISREG(info.st_mode)
-            or info.st_uid != os.geteuid()
-            or info.st_mode & 0o077
-            or info.st_size != KEY_BYTES
-        ):
-            raise KeyUnavailable(
-                f"key {shown} is not a {KEY_BYTES}-byte file of yours readable only by you"
-            )
+        if os.fstat(fd).st_size != KEY_BYTES:
+            raise KeyUnavailable(f"key {shown} is not a {KEY_BYTES}-byte file")
         key = os.read(fd, KEY_BYTES + 1)
     finally:
         os.close(fd)

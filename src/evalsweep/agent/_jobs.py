@@ -404,12 +404,12 @@ class Jobs:
             raise JobError("max_bytes must be 1 or more")
         job = self.row(job_id)
         path = Path(job["log_path"])
+        values = self.secrets.environment()
         log = _open_log(path, os.O_RDONLY)
         size = os.fstat(log).st_size
         if offset < 0 or offset > size:
             os.close(log)
             raise JobError(f"job {job_id}: offset {offset} is outside the log (0..{size})")
-        values = self.secrets.environment()
         longest = max((spelled_length(v) for v in values.values()), default=1)
         begin = max(offset - longest + 1, 0)
         with os.fdopen(log, "rb") as handle:
@@ -672,11 +672,11 @@ def _size(path: Path) -> int:
 def _last_line(path: Path, secrets: SecretBox) -> str:
     """The log's last non-empty line, its last 500 characters, with every secret masked
     before anything is cut (a cut value would no longer be recognised as one)."""
+    values = secrets.environment()
     try:
         log = _open_log(path, os.O_RDONLY)
     except (JobError, FileNotFoundError):
         return ""
-    values = secrets.environment()
     longest = max((spelled_length(v) for v in values.values()), default=0)
     size = os.fstat(log).st_size
     start = max(size - 4096 - longest, 0)

@@ -20,7 +20,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import BinaryIO
 
@@ -129,8 +129,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
 
     env = dict(os.environ)
-    names = [n for n in env.pop(REDACT_ENV, "").split(",") if n]
-    redact = redactor({n: env[n] for n in names if env.get(n)})
+    redact = job_redactor(env)
+    env.pop(REDACT_ENV, None)
 
     with _log(args.log) as log:
         if time.time() >= args.deadline:
@@ -250,11 +250,16 @@ def _record_end(args: argparse.Namespace, code: int, reason: str, ended: float) 
         store.audit_end(args.audit, code, size)
 
 
+def job_redactor(environ: Mapping[str, str]) -> Callable[[str], str]:
+    """What masks the secrets the job was given: those ``REDACT_ENV`` names."""
+    names = [n for n in environ.get(REDACT_ENV, "").split(",") if n]
+    return redactor({n: environ[n] for n in names if environ.get(n)})
+
+
 def masked_main() -> int:
     """``main``, whose own failure (never the job's) is one line in the log with every secret
     the job was given masked, never a traceback that could quote one."""
-    names = [n for n in os.environ.get(REDACT_ENV, "").split(",") if n]
-    redact = redactor({n: os.environ[n] for n in names if os.environ.get(n)})
+    redact = job_redactor(os.environ)
     try:
         return main()
     except Exception as exc:

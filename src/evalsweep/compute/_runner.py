@@ -94,7 +94,7 @@ class CommandRunner:
         return bool(self.redact) if isinstance(self.redact, StoredSecrets) else True
 
     def _clean(self, text: str) -> str:
-        return self.redact(text) if self._masks() else text
+        return self.redact(text)  # stored secrets leave a text without any as it is
 
     def _clean_detail(self, detail: dict[str, Any] | None) -> dict[str, Any] | None:
         if not self._masks() or detail is None:
