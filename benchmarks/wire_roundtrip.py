@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 import socket
 import sys
+import tempfile
 import time
 
 from evalsweep.execution._runtime import judge, sample
@@ -22,6 +23,9 @@ PROGRAM = "def f(x):\n    return x + 1 if isinstance(x, int) else len(x)\n"
 
 
 def main(calls: int, kind: str = "int") -> None:
+    # The sample's working directory is its scratch space, empty as in the sandbox: a file
+    # there is one the program wrote, which the judge reports as unsupported.
+    os.chdir(tempfile.mkdtemp(prefix="wire-roundtrip-"))
     ours, theirs = socket.socketpair()
     pid = os.fork()
     if pid == 0:

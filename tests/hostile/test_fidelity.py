@@ -667,6 +667,19 @@ CASES: tuple[Case, ...] = (
         "import math\n\ndef f():\n    return [math.nan]\n",
         "import math\n\ndef check(candidate):\n    assert candidate() == [math.nan]\n",
     ),
+    Case(
+        "an_environment_variable_the_test_reads",
+        "import os\n\ndef f():\n    return 1\n",
+        "import os\n\ndef f():\n    os.environ['EVALSWEEP_CASE_SEEN'] = '1'\n    return 1\n",
+        "import os\n\ndef check(candidate):\n    assert candidate() == 1\n"
+        "    assert os.environ.get('EVALSWEEP_CASE_SEEN') == '1'\n",
+    ),
+    Case(
+        "an_environment_variable_removed",
+        "import os\n\ndef f():\n    os.environ.pop('HOME', None)\n    return 1\n",
+        "import os\n\ndef f():\n    return 1\n",
+        "import os\n\ndef check(candidate):\n    assert candidate() == 1\n    assert 'HOME' in os.environ\n",
+    ),
 )
 
 _ORACLE = """
