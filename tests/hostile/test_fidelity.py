@@ -678,7 +678,8 @@ CASES: tuple[Case, ...] = (
         "an_environment_variable_removed",
         "import os\n\ndef f():\n    os.environ.pop('HOME', None)\n    return 1\n",
         "import os\n\ndef f():\n    return 1\n",
-        "import os\n\ndef check(candidate):\n    assert candidate() == 1\n    assert 'HOME' in os.environ\n",
+        "import os\n\ndef check(candidate):\n    assert candidate() == 1\n"
+        "    assert 'HOME' in os.environ\n",
     ),
 )
 
