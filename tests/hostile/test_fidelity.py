@@ -14,6 +14,7 @@ reference claims, exception lineage.
 
 from __future__ import annotations
 
+import dataclasses
 import subprocess
 import sys
 import tempfile
@@ -64,7 +65,8 @@ TREE = (
 
 POINT = (
     _d("""
-    from dataclasses import dataclass
+    import dataclasses
+from dataclasses import dataclass
     @dataclass(frozen=True)
     class Point:
         x: int
@@ -684,7 +686,10 @@ CASES: tuple[Case, ...] = (
 )
 
 _ORACLE = """
-import sys
+import site, sys
+if sys.argv[1:] == ["bare"]:  # a bare interpreter: the standard library alone
+    packages = {*site.getsitepackages(), site.getusersitepackages()}
+    sys.path[:] = [p for p in sys.path if not any(p.startswith(d) for d in packages)]
 program = sys.stdin.read()
 try:
     exec(program, {})
@@ -699,9 +704,10 @@ def one_process(request: ExecutionRequest) -> bool:
     started in an empty folder of its own."""
     assert request.test is not None
     program = request.test.plain_program(request.program)
+    installed = request.limits is not None and request.limits.installed_packages
     with tempfile.TemporaryDirectory() as folder:
         done = subprocess.run(
-            [sys.executable, "-I", "-c", _ORACLE],
+            [sys.executable, "-I", "-c", _ORACLE, *([] if installed else ["bare"])],
             input=program,
             text=True,
             capture_output=True,
@@ -813,3 +819,30 @@ def test_a_forged_one_process_pass_never_passes_a_wrong_program() -> None:
         assert result.verdict.status != "passed", (case.name, result.verdict)
     # The forgery works: the same prelude does not stop a right program from passing.
     assert any(result.verdict.status == "passed" for result in results[len(CASES) :])
+
+
+@pytest.mark.parametrize("installed", [False, True])
+def test_a_program_imports_what_a_bare_interpreter_imports(installed: bool) -> None:
+    """Only the standard library, unless the limits let the installed packages in."""
+    limits = dataclasses.replace(LIMITS, installed_packages=installed)
+    test = "def check(candidate):\n    assert candidate() == 1\n"
+    requests = [
+        ExecutionRequest(program, test=FunctionTest(test, "f"), limits=limits)
+        for program in (
+            "import click\n\ndef f():\n    return 1\n",
+            "def f():\n    import click\n    return 1\n",
+            "import json, sqlite3, decimal\n\ndef f():\n    return 1\n",
+        )
+    ]
+    requests.append(
+        ExecutionRequest(
+            "def f():\n    return 1\n",
+            test=FunctionTest("import click\n" + test, "f"),
+            limits=limits,
+        )
+    )
+    with ExecutionService(workers=1, limits=LIMITS) as service:
+        results = service.run_many(requests)
+    for request, result in zip(requests, results, strict=True):
+        assert (result.verdict.status == "passed") == one_process(request), result.verdict
+    assert [r.verdict.passed for r in results] == [installed, installed, True, installed]

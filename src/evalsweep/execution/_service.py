@@ -286,11 +286,13 @@ class ExecutionService:
         if not self.unsafe and "cgroups" not in self.disabled and os.geteuid() == 0:
             _cgroups.remove_stale()
             cgroups = _cgroups.detect()
+        sys_path = _rootfs.sys_path()
         config = {
             "unsafe": self.unsafe,
             "root": _rootfs.root_spec(self._extra),
             "env": dict(_rootfs.SANDBOX_ENV),
-            "sys_path": _rootfs.sys_path(),
+            "sys_path": sys_path,
+            "stdlib_path": _rootfs.standard_library_path(sys_path),
             "seccomp": seccomp.bpf,
             "seccomp_sample": seccomp.sample_bpf,
             "preload": list(self._preload),

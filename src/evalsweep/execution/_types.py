@@ -74,6 +74,10 @@ class Limits:
     output_limit_bytes: int = 8 * 1024 * 1024  # beyond this the sample is killed
     output_keep_bytes: int = 4096  # how much of stdout/stderr is kept per stream
     max_value_bytes: int = 64 * 1024 * 1024  # largest value crossing the boundary
+    # What a program (and the test) may import: the standard library only, as on a bare
+    # Python (the default: a verdict must not depend on what evalsweep itself installed),
+    # or also the packages installed in this interpreter's environment (site-packages).
+    installed_packages: bool = False
 
     def cpu_seconds(self) -> int:
         """RLIMIT_CPU: a backstop behind the wall clock (SIGXCPU, then SIGKILL)."""

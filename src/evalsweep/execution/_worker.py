@@ -101,6 +101,7 @@ def zygote_limits(
         "output_limit": limits.output_limit_bytes,
         "output_keep": limits.output_keep_bytes if keep is None else keep,
         "max_frame": limits.max_value_bytes,
+        "installed_packages": int(limits.installed_packages),
     }
 
 

@@ -41,7 +41,11 @@ class CodeTask(TaskDefaults):
         self._service: Any = None
 
     def extra_settings(self) -> dict[str, object]:
-        return {"samples": self.samples, "temperature": self.temperature}
+        # What the sandbox lets a completion import decides verdicts: part of the key.
+        from evalsweep.execution import Limits
+
+        imports = "installed packages" if Limits().installed_packages else "standard library"
+        return {"samples": self.samples, "temperature": self.temperature, "imports": imports}
 
     def score(
         self, document: Document, responses: Sequence[LoglikelihoodResult] | Sequence[str]

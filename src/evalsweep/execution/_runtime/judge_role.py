@@ -124,7 +124,11 @@ class JudgeRole:
                     "msg": "the test code does not compile",
                 }
             else:
-                reply.update(_judge_in_child(spec, message, fds))
+                # The test imports what the program may (Limits.installed_packages).
+                path = None
+                if not message["limits"].get("installed_packages", 0):
+                    path = self._zygote.config.get("stdlib_path")
+                reply.update(_judge_in_child(spec, message, fds, path))
         finally:
             for fd in fds:
                 os.close(fd)
@@ -133,7 +137,7 @@ class JudgeRole:
 
 
 def _judge_in_child(
-    spec: dict[str, Any], message: dict[str, Any], fds: list[int]
+    spec: dict[str, Any], message: dict[str, Any], fds: list[int], path: list[str] | None
 ) -> dict[str, Any]:
     """Fork, judge in the child, and return what it reported (or why it did not)."""
     report_read, report_write = os.pipe()
@@ -152,6 +156,8 @@ def _judge_in_child(
         }
     if pid == 0:
         os.close(report_read)
+        if path is not None:
+            sys.path[:] = path
         _judge_child(spec, message, fds[0], report_write)  # never returns
     os.close(report_write)
     # The child holds the channel now: the sample sees end-of-file when it ends.

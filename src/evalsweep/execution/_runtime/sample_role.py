@@ -27,6 +27,7 @@ import contextlib
 import marshal
 import os
 import signal
+import sys
 import time
 from typing import TYPE_CHECKING, Any, NoReturn
 
@@ -213,6 +214,9 @@ class SampleRole:
         """
         try:
             request = marshal.loads(message)
+            if not self._limits.get("installed_packages", 0):
+                # A bare interpreter's import path: the standard library alone.
+                sys.path[:] = self._zygote.config["stdlib_path"]
             source = program.decode("utf-8", "surrogatepass")
             if stdin:
                 path = os.path.join(self._scratch_now, ".stdin")
