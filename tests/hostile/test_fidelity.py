@@ -65,8 +65,7 @@ TREE = (
 
 POINT = (
     _d("""
-    import dataclasses
-from dataclasses import dataclass
+    from dataclasses import dataclass
     @dataclass(frozen=True)
     class Point:
         x: int
@@ -677,6 +676,13 @@ CASES: tuple[Case, ...] = (
         "    assert os.environ.get('EVALSWEEP_CASE_SEEN') == '1'\n",
     ),
     Case(
+        "reads_its_command_line",
+        "import sys\n\ndef f():\n    return 1 if len(sys.argv) > 1 else 0\n",
+        "import argparse\n\ndef f():\n"
+        "    return argparse.ArgumentParser().parse_args().__dict__ == {} and 1\n",
+        "def check(candidate):\n    assert candidate() == 1\n",
+    ),
+    Case(
         "an_environment_variable_removed",
         "import os\n\ndef f():\n    os.environ.pop('HOME', None)\n    return 1\n",
         "import os\n\ndef f():\n    return 1\n",
@@ -686,10 +692,7 @@ CASES: tuple[Case, ...] = (
 )
 
 _ORACLE = """
-import site, sys
-if sys.argv[1:] == ["bare"]:  # a bare interpreter: the standard library alone
-    packages = {*site.getsitepackages(), site.getusersitepackages()}
-    sys.path[:] = [p for p in sys.path if not any(p.startswith(d) for d in packages)]
+import sys
 program = sys.stdin.read()
 try:
     exec(program, {})
@@ -704,10 +707,9 @@ def one_process(request: ExecutionRequest) -> bool:
     started in an empty folder of its own."""
     assert request.test is not None
     program = request.test.plain_program(request.program)
-    installed = request.limits is not None and request.limits.installed_packages
     with tempfile.TemporaryDirectory() as folder:
         done = subprocess.run(
-            [sys.executable, "-I", "-c", _ORACLE, *([] if installed else ["bare"])],
+            [sys.executable, "-I", "-c", _ORACLE],
             input=program,
             text=True,
             capture_output=True,
@@ -843,6 +845,25 @@ def test_a_program_imports_what_a_bare_interpreter_imports(installed: bool) -> N
     )
     with ExecutionService(workers=1, limits=LIMITS) as service:
         results = service.run_many(requests)
-    for request, result in zip(requests, results, strict=True):
-        assert (result.verdict.status == "passed") == one_process(request), result.verdict
+    # The venv's interpreter has click; a bare one (the standard library alone) does not.
+    assert all(one_process(request) for request in requests)
     assert [r.verdict.passed for r in results] == [installed, installed, True, installed]
+
+
+def test_a_scalar_that_says_it_is_numpys_is_never_its_value() -> None:
+    """What names a type's module is the program's to set: such an object stays its own."""
+    fake = _d("""
+        class int64:
+            __module__ = "numpy"
+            ndim = 0
+            def item(self):
+                return 4
+        def f(x):
+            return int64()
+    """)
+    test = "def check(candidate):\n    r = candidate(2)\n    assert type(r) is int and r == 4\n"
+    case = Case("fake_numpy_scalar", FORGE_PLAIN + fake, "def f(x):\n    return x * 2\n", test)
+    with ExecutionService(workers=1, limits=LIMITS) as service:
+        forged, honest = service.run_many([case.request(case.wrong), case.request(case.right)])
+    assert forged.verdict.status != "passed", forged.verdict
+    assert honest.verdict.status == "passed", honest.verdict

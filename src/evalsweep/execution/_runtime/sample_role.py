@@ -214,6 +214,9 @@ class SampleRole:
         """
         try:
             request = marshal.loads(message)
+            if request["mode"] in ("function", "plain"):
+                # ``python -c``'s: not the zygote's own command line (argparse reads it).
+                sys.argv[:] = ["-c"]
             if not self._limits.get("installed_packages", 0):
                 # A bare interpreter's import path: the standard library alone.
                 sys.path[:] = self._zygote.config["stdlib_path"]

@@ -396,10 +396,8 @@ class Encoder:
             if fields is not None:
                 items = self._items(tuple.__iter__(value), depth)
                 return {_TAG: "nt", "v": [type(value).__name__, list(fields), items]}
-        # numpy scalars (int64, bool_, str_) behave like their Python values under
-        # ``==``; arrays are not scalars and stay references.
-        if type(value).__module__ == "numpy" and getattr(value, "ndim", None) == 0:
-            return self._enc(value.item(), depth)
+        # Anything else (a numpy scalar too: its type, which the test may check, is not
+        # its value's, and what says it is numpy is the program's to set) is a reference.
         return self._make_ref(value)
 
     def _problem_instance(self, value: Any, name: str, depth: int) -> Any:
