@@ -676,6 +676,12 @@ CASES: tuple[Case, ...] = (
         "    assert os.environ.get('EVALSWEEP_CASE_SEEN') == '1'\n",
     ),
     Case(
+        "looks_up_its_own_user",
+        "def f():\n    return 0\n",
+        "import os, pwd\n\ndef f():\n    return len(pwd.getpwuid(os.getuid()).pw_name) > 0\n",
+        "def check(candidate):\n    assert candidate()\n",
+    ),
+    Case(
         "reads_its_command_line",
         "import sys\n\ndef f():\n    return 1 if len(sys.argv) > 1 else 0\n",
         "import argparse\n\ndef f():\n"

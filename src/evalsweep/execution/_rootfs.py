@@ -21,13 +21,19 @@ import sysconfig
 from collections.abc import Iterable
 from typing import Any
 
+from evalsweep.execution._runtime.jail import SAMPLE_ID
+
 _TOP_LEVEL = ("/usr", "/bin", "/sbin", "/lib", "/lib64", "/lib32", "/libx32")
 _DEVICES = ("/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom")
+# The user samples run as has an entry (``pwd.getpwuid(os.getuid())`` works, as it does for
+# the user of a plain process); its name is the sandbox's ``USER``.
 _FILES = {
     "/etc/passwd": (
-        "root:x:0:0:root:/tmp:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n"
+        "root:x:0:0:root:/tmp:/bin/sh\n"
+        f"sandbox:x:{SAMPLE_ID}:{SAMPLE_ID}:sandbox:/tmp:/bin/sh\n"
+        "nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n"
     ),
-    "/etc/group": "root:x:0:\nnogroup:x:65534:\n",
+    "/etc/group": f"root:x:0:\nsandbox:x:{SAMPLE_ID}:\nnogroup:x:65534:\n",
     "/etc/hosts": "127.0.0.1 localhost\n::1 localhost\n",
     "/etc/hostname": "sandbox\n",
     "/etc/nsswitch.conf": "passwd: files\ngroup: files\nhosts: files\n",
