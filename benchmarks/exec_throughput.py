@@ -374,8 +374,7 @@ def compare_command(module: ModuleType, work: Path, rounds: int, workers: int | 
     pairs = canonical_workload(work).human_eval
     total = Timing()
     for index in range(rounds):
-        loads = []
-        loads.append(wait_for_quiet())
+        loads = [wait_for_quiet()]
         if index % 2 == 0:
             ours = time_command(work, samples, workers)
             loads.append(wait_for_quiet())

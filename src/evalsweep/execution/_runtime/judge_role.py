@@ -124,10 +124,8 @@ class JudgeRole:
                     "msg": "the test code does not compile",
                 }
             else:
-                # The test imports what the program may (Limits.installed_packages).
-                path = None
-                if not message["limits"].get("installed_packages", 0):
-                    path = self._zygote.config.get("stdlib_path")
+                # The test imports what the program may.
+                path = self._zygote.import_path(message["limits"])
                 reply.update(_judge_in_child(spec, message, fds, path))
         finally:
             for fd in fds:
@@ -137,7 +135,7 @@ class JudgeRole:
 
 
 def _judge_in_child(
-    spec: dict[str, Any], message: dict[str, Any], fds: list[int], path: list[str] | None
+    spec: dict[str, Any], message: dict[str, Any], fds: list[int], path: list[str]
 ) -> dict[str, Any]:
     """Fork, judge in the child, and return what it reported (or why it did not)."""
     report_read, report_write = os.pipe()
@@ -156,8 +154,7 @@ def _judge_in_child(
         }
     if pid == 0:
         os.close(report_read)
-        if path is not None:
-            sys.path[:] = path
+        sys.path[:] = path
         _judge_child(spec, message, fds[0], report_write)  # never returns
     os.close(report_write)
     # The child holds the channel now: the sample sees end-of-file when it ends.

@@ -217,9 +217,7 @@ class SampleRole:
             if request["mode"] in ("function", "plain"):
                 # ``python -c``'s: not the zygote's own command line (argparse reads it).
                 sys.argv[:] = ["-c"]
-            if not self._limits.get("installed_packages", 0):
-                # A bare interpreter's import path: the standard library alone.
-                sys.path[:] = self._zygote.config["stdlib_path"]
+            sys.path[:] = self._zygote.import_path(self._limits)
             source = program.decode("utf-8", "surrogatepass")
             if stdin:
                 path = os.path.join(self._scratch_now, ".stdin")

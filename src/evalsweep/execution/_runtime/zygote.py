@@ -66,6 +66,11 @@ class Zygote:
         for fd in (0, 1, 3):
             os.dup2(self.devnull, fd)
 
+    def import_path(self, limits: dict[str, Any]) -> list[str]:
+        """What a sample, and the test judging it, import from (``Limits.installed_packages``):
+        the interpreter's whole path, or a bare interpreter's (the standard library alone)."""
+        return self.config["sys_path" if limits.get("installed_packages") else "stdlib_path"]
+
     def restore_stdio(self) -> None:
         """After a fork: our own 1 and 2 again, and no copy of the sample's channel."""
         os.dup2(self.devnull, 1)
