@@ -27,6 +27,7 @@ EXPECTED_LAYERS = {
     "unprivileged identity",
     "scratch tmpfs",
     "process-tree kill",
+    "same pid every run",
     "seccomp",
     "cgroup memory",
     "cgroup pids",

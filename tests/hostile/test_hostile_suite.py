@@ -74,7 +74,7 @@ def _request(case: Case, places: dict[str, str]) -> ExecutionRequest:
     )
 
 
-def _sandbox_users_processes(uids: set[int]) -> dict[int, str]:
+def _sandbox_users_processes(uids: set[int]) -> dict[int, tuple[str, int, list[str]]]:
     found = {}
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
@@ -83,10 +83,26 @@ def _sandbox_users_processes(uids: set[int]) -> dict[int, str]:
             status = Path(f"/proc/{entry}/status").read_text()
         except OSError:
             continue
-        uid_line = next(line for line in status.splitlines() if line.startswith("Uid:"))
-        if int(uid_line.split()[1]) in uids:
-            found[int(entry)] = status.splitlines()[0]
+        fields = dict(line.split(":", 1) for line in status.splitlines() if ":" in line)
+        if int(fields["Uid"].split()[0]) in uids:
+            found[int(entry)] = (
+                fields["Name"].strip(),
+                int(fields["PPid"]),
+                fields["NSpid"].split(),
+            )
     return found
+
+
+def _zygote_processes(
+    zygotes: set[int], processes: dict[int, tuple[str, int, list[str]]]
+) -> set[int]:
+    """The zygotes and, below each, the zygote proper: init (pid 1) of the nested pid
+    namespace it serves from (``jail.nest_pid_namespace``)."""
+    return zygotes | {
+        pid
+        for pid, (_, parent, nspid) in processes.items()
+        if parent in zygotes and len(nspid) >= 3 and nspid[-1] == "1"
+    }
 
 
 class Batch:
@@ -146,8 +162,9 @@ class Batch:
                 uid_base = service._pool[0].settings.uid_base
                 uids = set(range(uid_base, uid_base + 4 * service.workers))
                 processes = _sandbox_users_processes(uids)
+                zygotes = _zygote_processes(zygotes, processes)
                 self.leftover_processes = {
-                    pid: name for pid, name in processes.items() if pid not in zygotes
+                    pid: name for pid, (name, _, _) in processes.items() if pid not in zygotes
                 }
         finally:
             os.environ.pop("EVALSWEEP_HOSTILE_CANARY", None)

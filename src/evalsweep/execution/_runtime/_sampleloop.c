@@ -639,12 +639,15 @@ static void become_sample(PyObject *child, const Confinement *plan, const unsign
 }
 
 static PyObject *serve(PyObject *module, PyObject *args) {
-    int ctl, devnull, log_fd;
+    int ctl, devnull, log_fd, pid_counter;
+    const char *pid_after;
+    Py_ssize_t pid_after_size;
     Py_ssize_t run_size, result_size;
     PyObject *prepare, *child;
-    if (!PyArg_ParseTuple(args, "iiiOO(nndddddd)", &ctl, &devnull, &log_fd, &prepare, &child,
+    if (!PyArg_ParseTuple(args, "iiiOO(nndddddd)iy#", &ctl, &devnull, &log_fd, &prepare, &child,
                           &run_size, &result_size, &wall_factor, &stop_grace, &stop_watch_after,
-                          &reap_budget, &judge_wait_factor, &judge_wait_grace))
+                          &reap_budget, &judge_wait_factor, &judge_wait_grace, &pid_counter,
+                          &pid_after, &pid_after_size))
         return NULL;
     if (run_size != RUN_SIZE || result_size != RESULT_SIZE) {
         PyErr_SetString(PyExc_RuntimeError, "the C sample loop was built for another protocol");
@@ -737,6 +740,11 @@ static PyObject *serve(PyObject *module, PyObject *args) {
         for (int i = 2; i < nfds; i++)
             close(fds[i]);
 
+        /* Every run gets the same pid (and its threads the same numbers): no run can
+         * leave a count behind for the next to read. */
+        if (pid_counter >= 0 &&
+            pwrite(pid_counter, pid_after, (size_t)pid_after_size, 0) != pid_after_size)
+            return os_error("setting the next pid");
         double started = monotonic();
         PyOS_BeforeFork();
         pid_t pid = fork();
@@ -791,8 +799,9 @@ static PyObject *serve(PyObject *module, PyObject *args) {
 static PyMethodDef methods[] = {
     {"serve", serve, METH_VARARGS,
      "serve(ctl_fd, devnull_fd, log_fd, prepare, child, (run_size, result_size, wall_factor, "
-     "stop_grace, stop_watch_after, reap_budget, judge_wait_factor, judge_wait_grace)): run "
-     "samples until the parent hangs up."},
+     "stop_grace, stop_watch_after, reap_budget, judge_wait_factor, judge_wait_grace), "
+     "pid_counter_fd, pid_after): run samples until the parent hangs up; before each fork, "
+     "pid_after is written to pid_counter_fd (ns_last_pid) unless it is -1."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import signal
 from collections.abc import Callable
 from typing import Any
 
@@ -172,6 +173,58 @@ def drop_to_user_namespace(uid: int, gid: int, ask_for_map: Callable[[], bool]) 
         return True
     write_id_maps(uid, gid)
     return False
+
+
+def nest_pid_namespace() -> None:
+    """Become init of a pid namespace owned by our own user namespace, with its own /proc.
+
+    After :func:`drop_to_user_namespace` the worker's pid namespace (made by host
+    root) belongs to the host's user namespace, so this process may not set the
+    number the next fork gets (``ns_last_pid``). Here the process forks once
+    more into a pid namespace our user namespace owns; the child carries on as
+    the zygote, and this process only waits for it and exits with its status
+    (as the worker namespace's init, its end kills everything below it). The
+    child mounts a proc of its own namespace over /proc, so that no pid of the
+    outer namespace, whose counter every run would share, shows there.
+    """
+    linux.unshare(linux.CLONE_NEWPID)
+    pid = os.fork()
+    if pid:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        linux.prctl(linux.PR_SET_DUMPABLE, 0)
+        linux.prctl(linux.PR_SET_PDEATHSIG, signal.SIGKILL)
+        os.closerange(0, 1 << 20)
+        try:
+            while True:
+                got, status = os.waitpid(-1, 0)
+                if got == pid:
+                    os._exit(os.waitstatus_to_exitcode(status) & 0xFF)
+        except BaseException:
+            os._exit(1)
+    flags = linux.MS_NOSUID | linux.MS_NODEV | linux.MS_NOEXEC
+    linux.mount("proc", "/proc", "proc", flags, None)
+
+
+PID_AFTER = 1  # every run of a worker is forked as pid PID_AFTER + 1 of its namespace
+
+
+def open_pid_counter() -> int | None:
+    """A descriptor of this pid namespace's ``ns_last_pid``, written before every fork.
+
+    Then every run of a worker gets the same pid, and its threads and children
+    the same numbers as in any other run: a run cannot leave a number behind
+    for the next one to read. None where this process may not set it.
+    """
+    try:
+        fd = os.open("/proc/sys/kernel/ns_last_pid", os.O_WRONLY | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        os.pwrite(fd, str(PID_AFTER).encode(), 0)
+    except OSError:
+        os.close(fd)
+        return None
+    return fd
 
 
 def write_two_id_maps(proc: int, pid: int, uid: int, gid: int) -> None:

@@ -56,6 +56,7 @@ class Zygote:
         self.seccomp: linux.SeccompProgram | None = None
         self.sample_seccomp: linux.SeccompProgram | None = None
         self.two_ids = False  # samples get their own uid inside the user namespace
+        self.pid_counter: int | None = None  # ns_last_pid, set before every fork
         self._ask_for_map: Any = lambda: False
         # Descriptors 0-3 are the samples' (see SampleRole.run); this
         # process's own live above them. Between samples 0, 1 and 3 hold
@@ -171,6 +172,9 @@ class Zygote:
         if self.privileged and self.userns:
             uid, gid = self.config["uid"], self.config["gid"]
             self.two_ids = jail.drop_to_user_namespace(uid, gid, self._ask_for_map)
+            # The worker's pid namespace is host root's: one of our own, so
+            # that the pid counter can be set before every run (open_pid_counter).
+            jail.nest_pid_namespace()
             detail = f"root inside is host uid {uid}"
             if self.two_ids:
                 detail += f"; samples run as uid {jail.SAMPLE_ID} inside, host uid {uid + 1}"
@@ -206,6 +210,8 @@ class Zygote:
         for name in preload:
             with contextlib.suppress(BaseException):
                 importlib.import_module(name)
+        if config.get("role") == "sample" and self.namespaces:
+            self.pid_counter = jail.open_pid_counter()
         if config.get("role") == "sample":
             # Only saves copied pages per sample: a failure here is no reason
             # to refuse samples.
@@ -238,6 +244,13 @@ class Zygote:
             "kill(-1) as the pid namespace's init"
             if os.getpid() == 1
             else "process groups of a child subreaper",
+        )
+        self.note(
+            "same pid every run",
+            self.pid_counter is not None,
+            f"each run is forked as pid {jail.PID_AFTER + 1} of the worker's pid namespace"
+            if self.pid_counter is not None
+            else "pids are handed out in order: a run can read how many an earlier one spent",
         )
         self.note("seccomp", self.seccomp is not None and not config["unsafe"], "")
         if config.get("role") == "sample" and not config["unsafe"]:

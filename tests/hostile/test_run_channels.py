@@ -1,0 +1,138 @@
+"""No run of a worker can leave a number behind for a later run to read.
+
+The plain run holds the test (it is one process: prompt, completion, test). If
+anything it does could be seen by a later run on the same worker, a program
+could hand the test's expected values to its next copy's split run, which
+would then "pass" without computing them. Files, memory and IPC are covered
+elsewhere (fresh tmpfs, read-only root, seccomp); these cases are the counters
+of the worker's pid namespace: every run is forked with the same pid, its
+threads and children get the same numbers, and its /proc shows only its own
+namespace, whatever earlier runs spent.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+
+import pytest
+
+from evalsweep.execution import ExecutionRequest, ExecutionService, FunctionTest, Limits
+
+pytestmark = pytest.mark.hostile
+
+LIMITS = Limits(timeout=5.0, memory_mb=256)
+
+# Spends pids three ways: threads, forked children, and a child that forks again.
+SPEND = """
+import os, threading
+for _ in range({n}):
+    t = threading.Thread(target=lambda: None)
+    t.start()
+    t.join()
+for _ in range({n} // 4):
+    pid = os.fork()
+    if pid == 0:
+        if os.fork() == 0:
+            os._exit(0)
+        os._exit(0)
+    os.waitpid(pid, 0)
+"""
+
+# What a run can read of its pid namespace's counter.
+LOOK = """
+import json, os, sys, threading
+seen = {}
+def grab():
+    seen["thread"] = threading.get_native_id()
+t = threading.Thread(target=grab)
+t.start()
+t.join()
+child = os.fork()
+if child == 0:
+    os._exit(0)
+os.waitpid(child, 0)
+seen.update(
+    pid=os.getpid(),
+    child=child,
+    last=open("/proc/sys/kernel/ns_last_pid").read().strip(),
+    self=os.readlink("/proc/self"),
+    procs=sorted(int(name) for name in os.listdir("/proc") if name.isdigit()),
+)
+sys.stderr.write("SEEN" + json.dumps(seen) + "\\n")
+"""
+
+
+def _seen(stderr: str) -> dict[str, object]:
+    lines = [line for line in stderr.splitlines() if line.startswith("SEEN")]
+    assert lines, stderr
+    return json.loads(lines[-1][4:])
+
+
+@pytest.mark.parametrize("loop", ["C", "Python"])
+def test_every_run_sees_the_same_pid_numbers_whatever_earlier_runs_spent(loop: str) -> None:
+    with ExecutionService(workers=1, limits=LIMITS, native_loop=loop == "C") as service:
+        report = service.start()
+        layer = {layer.name: layer for layer in report.layers}["same pid every run"]
+        assert layer.active, layer.detail
+        requests = []
+        for spent in (0, 7, 93, 0, 41, 200):
+            requests.append(ExecutionRequest(SPEND.format(n=spent), limits=LIMITS))
+            requests.append(ExecutionRequest(LOOK, limits=LIMITS))
+        results = service.run_many(requests)
+    looks = [_seen(result.stderr) for result in results[1::2]]
+    assert all(result.verdict.status == "passed" for result in results), [
+        (r.verdict.status, r.stderr[-300:]) for r in results
+    ]
+    assert all(look == looks[0] for look in looks), looks
+    # Only this namespace shows: its init and this run (the thread and child are gone).
+    assert looks[0]["procs"] == [1, looks[0]["pid"]]
+    assert looks[0]["self"] == str(looks[0]["pid"])
+
+
+def _cheater(modulus: int) -> str:
+    """A program that, in its plain run, reads the expected value from the test it is
+    run with and spends pids to leave it behind; in its split run, reads it back."""
+    return f"""
+import os, sys, threading
+
+def _spend_until(residue):
+    while (threading.get_native_id() + 1) % {modulus} != residue:
+        t = threading.Thread(target=lambda: None)
+        t.start()
+        t.join()
+        if (_last() + 1) % {modulus} == residue:
+            return
+
+def _last():
+    return int(open("/proc/sys/kernel/ns_last_pid").read())
+
+def f():
+    frame = sys._getframe(1)
+    constants = [c for c in frame.f_code.co_consts if isinstance(c, int) and c > 1]
+    if frame.f_code.co_name == "check" and constants:  # the plain run: the test is right here
+        secret = constants[0]
+        while (_last() + 1) % {modulus} != 0:
+            _spend_until(0)
+        for _ in range(secret):
+            t = threading.Thread(target=lambda: None)
+            t.start()
+            t.join()
+        return secret
+    # The split run: whatever count an earlier run left in the pid counter.
+    return os.getpid() % {modulus}
+"""
+
+
+@pytest.mark.parametrize("loop", ["C", "Python"])
+def test_a_program_cannot_hand_the_expected_value_to_its_next_copy(loop: str) -> None:
+    modulus = 512
+    secret = 100 + secrets.randbelow(300)
+    test = FunctionTest(f"def check(candidate):\n    assert candidate() == {secret}\n", "f")
+    honest = ExecutionRequest(f"def f():\n    return {secret}\n", test=test, limits=LIMITS)
+    cheat = ExecutionRequest(_cheater(modulus), test=test, limits=LIMITS)
+    with ExecutionService(workers=1, limits=LIMITS, native_loop=loop == "C") as service:
+        results = service.run_many([honest, cheat, cheat, cheat, honest])
+    verdicts = [result.verdict.status for result in results]
+    assert verdicts[0] == verdicts[-1] == "passed", verdicts
+    assert "passed" not in verdicts[1:-1], verdicts
