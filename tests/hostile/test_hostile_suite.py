@@ -162,7 +162,7 @@ class Batch:
                 uid_base = service._pool[0].settings.uid_base
                 uids = set(range(uid_base, uid_base + 4 * service.workers))
                 processes = _sandbox_users_processes(uids)
-                zygotes = _zygote_processes(zygotes, processes)
+                zygotes = _zygote_processes({p for p in zygotes if p is not None}, processes)
                 self.leftover_processes = {
                     pid: name for pid, (name, _, _) in processes.items() if pid not in zygotes
                 }
