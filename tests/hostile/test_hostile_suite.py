@@ -162,9 +162,9 @@ class Batch:
                 uid_base = service._pool[0].settings.uid_base
                 uids = set(range(uid_base, uid_base + 4 * service.workers))
                 processes = _sandbox_users_processes(uids)
-                zygotes = _zygote_processes({p for p in zygotes if p is not None}, processes)
+                ours = _zygote_processes({p for p in zygotes if p is not None}, processes)
                 self.leftover_processes = {
-                    pid: name for pid, (name, _, _) in processes.items() if pid not in zygotes
+                    pid: name for pid, (name, _, _) in processes.items() if pid not in ours
                 }
         finally:
             os.environ.pop("EVALSWEEP_HOSTILE_CANARY", None)
