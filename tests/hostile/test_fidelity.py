@@ -15,6 +15,7 @@ reference claims, exception lineage.
 from __future__ import annotations
 
 import dataclasses
+import json
 import subprocess
 import sys
 import tempfile
@@ -795,6 +796,58 @@ def test_a_program_recurses_exactly_as_deep_as_in_one_process() -> None:
         for n, result in zip(depths, results, strict=True):
             faithful = result.verdict.status in ("passed", "unsupported")
             assert faithful == oracle[n], (n, native_loop, result.verdict)
+
+
+_DEPTH = _d("""
+    import sys
+    def depth(n=0):
+        try:
+            return depth(n + 1)
+        except RecursionError:
+            return n
+""")
+
+
+@pytest.mark.parametrize(
+    "program",
+    [
+        _DEPTH + "sys.setrecursionlimit(217)\nD = depth()\ndef f():\n    return D\n",
+        _DEPTH + "def f():\n    sys.setrecursionlimit(1733)\n    return depth()\n",
+        "import sys\nsys.setrecursionlimit(4321)\nL = sys.getrecursionlimit()\n"
+        "def f():\n    return L\n",
+        "import sys\ndef f():\n    return sys.getrecursionlimit()\n",
+        "import sys\ndef f():\n    try:\n        sys.setrecursionlimit(3)\n"
+        "    except RecursionError as e:\n        return str(e)\n",
+        "import sys\ndef f():\n    g = sys.setrecursionlimit\n"
+        "    return [g.__name__, g.__self__ is sys, type(g).__name__, g.__doc__, g.__module__]\n",
+    ],
+    ids=["set-at-load", "set-in-call", "read-after-set", "read", "too-low", "the-builtin"],
+)
+def test_a_program_that_reads_or_sets_the_recursion_limit_gets_one_process_numbers(
+    program: str,
+) -> None:
+    # What one process computes, and a test for exactly that and for one off.
+    joined = program + "\ndef check(candidate):\n    global OUT\n    OUT = candidate()\ncheck(f)\n"
+    probe = "import json, sys\nns = {}\nexec(sys.stdin.read(), ns)\nprint(json.dumps(ns['OUT']))"
+    done = subprocess.run(
+        [sys.executable, "-I", "-c", probe], input=joined, text=True, capture_output=True
+    )
+    assert done.returncode == 0, done.stderr
+    value = done.stdout.strip()
+    requests = []
+    for want in (value, json.dumps([value])):
+        test = (
+            f"import json\ndef check(candidate):\n    assert json.dumps(candidate()) == {want!r}\n"
+        )
+        requests.append(ExecutionRequest(program, test=FunctionTest(test, "f"), limits=LIMITS))
+    assert one_process(requests[0]) and not one_process(requests[1])
+    for native_loop in (True, False):
+        with ExecutionService(workers=1, limits=LIMITS, native_loop=native_loop) as service:
+            right, wrong = service.run_many(requests)
+        # The plain run computes what one process does (the split run may not
+        # confirm a depth it reaches from elsewhere: then unsupported, never failed).
+        assert right.verdict.status in ("passed", "unsupported"), (native_loop, right.verdict)
+        assert wrong.verdict.status == "failed", (native_loop, wrong.verdict)
 
 
 def test_the_site_builtins_are_there_as_in_one_process() -> None:

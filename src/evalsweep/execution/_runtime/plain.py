@@ -105,6 +105,23 @@ def _recursion_depth() -> int:
 _PLAIN_DEPTH = 3
 
 
+def _shift_recursion_limit(offset: int) -> None:
+    """Raise the recursion limit by ``offset`` frames, as the program sees it.
+
+    With the C module, ``sys.getrecursionlimit``/``sys.setrecursionlimit`` are
+    replaced by copies that shift by ``offset``, so a program that reads or
+    sets the limit gets a plain interpreter's numbers and depth. Without it,
+    the limit is raised once: a program that sets its own limit then has
+    ``offset`` frames fewer than in a plain interpreter.
+    """
+    try:
+        from . import _sampleloop  # type: ignore[attr-defined]
+    except ImportError:
+        sys.setrecursionlimit(sys.getrecursionlimit() + offset)
+        return
+    _sampleloop.shift_recursion_limit(sys, offset)
+
+
 def run_plain(source: str, report_fd: int, test_from_line: int) -> NoReturn:
     """Run the joined program; report ``passed`` or what it raised on ``report_fd``; exit.
 
@@ -112,8 +129,7 @@ def run_plain(source: str, report_fd: int, test_from_line: int) -> NoReturn:
     program (the zygote's and this harness's), so a program recurses exactly
     as deep as it would in a plain interpreter.
     """
-    limit = sys.getrecursionlimit()
-    sys.setrecursionlimit(limit + _recursion_depth() - _PLAIN_DEPTH)
+    _shift_recursion_limit(_recursion_depth() - _PLAIN_DEPTH)
     namespace: dict[str, Any] = {}
     swallowed = Swallowed()
     report: dict[str, Any]
