@@ -850,6 +850,16 @@ def test_a_program_that_reads_or_sets_the_recursion_limit_gets_one_process_numbe
         assert wrong.verdict.status == "failed", (native_loop, wrong.verdict)
 
 
+@pytest.mark.parametrize("limit", ["10 ** 6", "2 ** 31 - 1", "50", "200000"])
+def test_a_program_that_sets_any_recursion_limit_passes_as_in_one_process(limit: str) -> None:
+    program = f"import sys\nsys.setrecursionlimit({limit})\ndef f(x):\n    return x + 1\n"
+    request = ExecutionRequest(program, test=HONEST.test, limits=LIMITS)
+    assert one_process(request)
+    with ExecutionService(workers=1, limits=LIMITS) as service:
+        (result,) = service.run_many([request])
+    assert result.verdict.status == "passed", result.verdict
+
+
 def test_the_site_builtins_are_there_as_in_one_process() -> None:
     program = "def f(x):\n    return [exit, quit, help, copyright, credits, license]\n"
     test = "def check(candidate):\n    assert len(candidate(1)) == 6\n    assert callable(exit)\n"

@@ -85,8 +85,9 @@ def test_every_run_sees_the_same_pid_numbers_whatever_earlier_runs_spent(loop: s
         (r.verdict.status, r.stderr[-300:]) for r in results
     ]
     assert all(look == looks[0] for look in looks), looks
-    # Only this namespace shows: its init and this run (the thread and child are gone).
-    assert looks[0]["procs"] == [1, looks[0]["pid"]]
+    # Only this run shows: not the zygote (whose /proc/1/stat sums what every reaped
+    # run did), and the thread and child are gone.
+    assert looks[0]["procs"] == [looks[0]["pid"]]
     assert looks[0]["self"] == str(looks[0]["pid"])
 
 
@@ -136,3 +137,65 @@ def test_a_program_cannot_hand_the_expected_value_to_its_next_copy(loop: str) ->
     verdicts = [result.verdict.status for result in results]
     assert verdicts[0] == verdicts[-1] == "passed", verdicts
     assert "passed" not in verdicts[1:-1], verdicts
+
+
+# A count that lived in the zygote's own /proc entry: the minor page faults of
+# every run it has reaped (/proc/1/stat's cminflt). A plain run faulted pages
+# until the count encoded the expected value; the next copy read it at load.
+_FAULTS_CHEATER = """
+import sys, os, mmap, resource
+K = 64; R = 256; M = K * R
+def _cmin():
+    try:
+        return int(open("/proc/1/stat").read().rsplit(")", 1)[1].split()[8])
+    except OSError:
+        return 0
+_C0 = _cmin()
+def _own():
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+def _encode(v):
+    tail = 16
+    target = (v * K) % M
+    need = (target - (_C0 + _own() + tail)) % M
+    while need > 0:
+        n = min(need, 4096)
+        m = mmap.mmap(-1, n * 4096)
+        for i in range(0, n * 4096, 4096):
+            m[i] = 1
+        m.close()
+        need = (target - (_C0 + _own() + tail)) % M
+        if need > M - 8:
+            break
+class _Spy:
+    def __eq__(self, other):
+        if isinstance(other, int) and 0 <= other < R:
+            _encode(other)
+        return True
+    __hash__ = None
+def f(x):
+    if "check" in globals():
+        return _Spy()
+    return round((_C0 % M) / K) % R
+"""
+
+
+@pytest.mark.parametrize("loop", ["C", "Python"])
+def test_a_run_cannot_read_what_the_zygote_counted_of_earlier_runs(loop: str) -> None:
+    secret = 20 + secrets.randbelow(200)
+    test = FunctionTest(f"def check(candidate):\n    assert candidate(7) == {secret}\n", "f")
+    honest = ExecutionRequest(f"def f(x):\n    return {secret}\n", test=test, limits=LIMITS)
+    cheat = ExecutionRequest(_FAULTS_CHEATER, test=test, limits=LIMITS)
+    looks = ExecutionRequest(
+        "import os\nSEEN = [os.path.exists('/proc/1'), os.path.exists('/proc/1/stat')]\n"
+        "def f(x):\n    return SEEN\n",
+        test=FunctionTest(
+            "def check(candidate):\n    assert candidate(0) == [False, False]\n", "f"
+        ),
+        limits=LIMITS,
+    )
+    with ExecutionService(workers=1, limits=LIMITS, native_loop=loop == "C") as service:
+        results = service.run_many([honest, cheat, cheat, cheat, cheat, looks, honest])
+    verdicts = [result.verdict.status for result in results]
+    assert verdicts[0] == verdicts[-1] == "passed", verdicts
+    assert "passed" not in verdicts[1:5], verdicts
+    assert verdicts[5] == "passed", results[5].verdict

@@ -112,6 +112,13 @@ def _bind(source: str, target: str, read_only: bool) -> None:
         linux.mount(None, target, None, flags | _preserved_flags(target), None)
 
 
+# A run sees its own processes in /proc, never the zygote's: the zygote's
+# /proc/1/stat counts what every reaped run did (their CPU time and page faults),
+# which a run could otherwise read as a number an earlier run left there. The
+# zygote is not dumpable (and, with two ids, another user), so it is invisible.
+PROC_OPTIONS = "hidepid=invisible"
+
+
 def build_root(spec: dict[str, Any]) -> None:
     """Build the sandbox root described by ``spec`` and pivot into it.
 
@@ -138,7 +145,7 @@ def build_root(spec: dict[str, Any]) -> None:
     # A proc instance of *this* pid namespace: the sample sees only its own
     # worker's processes.
     flags = linux.MS_NOSUID | linux.MS_NODEV | linux.MS_NOEXEC
-    linux.mount("proc", root + "/proc", "proc", flags, None)
+    linux.mount("proc", root + "/proc", "proc", flags, PROC_OPTIONS)
     os.makedirs(root + "/.old-root")
     linux.pivot_root(root, root + "/.old-root")
     os.chdir("/")
@@ -202,7 +209,7 @@ def nest_pid_namespace() -> None:
         except BaseException:
             os._exit(1)
     flags = linux.MS_NOSUID | linux.MS_NODEV | linux.MS_NOEXEC
-    linux.mount("proc", "/proc", "proc", flags, None)
+    linux.mount("proc", "/proc", "proc", flags, PROC_OPTIONS)
 
 
 PID_AFTER = 1  # every run of a worker is forked as pid PID_AFTER + 1 of its namespace

@@ -292,7 +292,7 @@ _SHARED_RANDOM = (
 )
 _MODULE = type(contextlib)
 _HEAPTYPE = 1 << 9  # a class written in Python
-_MAX_RECURSION = 100_000  # the most a program may raise the recursion limit by, for the test
+_C_INT_MAX = 2**31 - 1  # the most sys.setrecursionlimit and set_int_max_str_digits take
 _WATCH_LIMIT = 1000
 
 
@@ -604,11 +604,20 @@ class SampleChannel(wire.Endpoint):
         limits = reply.get("lim")
         if limits is not None:  # the program changed limits one process shares: the test too
             pair = _int_list(limits)
-            if len(pair) != 2 or not -900 <= pair[0] <= _MAX_RECURSION:
+            if len(pair) != 2 or not (pair[1] == 0 or 640 <= pair[1] <= _C_INT_MAX):
                 raise wire.ProtocolError("malformed limits")
-            if not (pair[1] == 0 or 640 <= pair[1] <= 10**9):
+            if not -_C_INT_MAX <= pair[0] <= _C_INT_MAX:
                 raise wire.ProtocolError("malformed limits")
-            sys.setrecursionlimit(self._recursion_limit + pair[0])
+            # The program moved its limit by pair[0]: the test's moves alike. One the
+            # judge cannot apply where the test runs is said so, never a protocol error.
+            wanted = min(self._recursion_limit + pair[0], _C_INT_MAX)
+            try:
+                sys.setrecursionlimit(wanted)
+            except (RecursionError, ValueError):
+                raise self.unsupported_value(
+                    f"the program moved the recursion limit by {pair[0]}: "
+                    "too low for the judge to run the test under it"
+                ) from None
             sys.set_int_max_str_digits(pair[1])
         self.check_random()
         # Objects of the program's the test holds copies of, changed by the program since:

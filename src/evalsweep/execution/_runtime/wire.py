@@ -244,7 +244,7 @@ class raised_recursion_limit:  # noqa: N801 - used as a context manager
     def __enter__(self) -> None:
         self._old = sys.getrecursionlimit()
         _OUTER_LIMITS.append(self._old)
-        sys.setrecursionlimit(self._old + self._room)
+        sys.setrecursionlimit(min(self._old + self._room, 2**31 - 1))  # a C int at most
 
     def __exit__(self, *exc: object) -> None:
         _OUTER_LIMITS.pop()
