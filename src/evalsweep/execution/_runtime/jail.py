@@ -119,6 +119,12 @@ def _bind(source: str, target: str, read_only: bool) -> None:
 PROC_OPTIONS = "hidepid=invisible"
 
 
+def mount_proc(target: str) -> None:
+    """A proc instance of the calling process's pid namespace on ``target``."""
+    flags = linux.MS_NOSUID | linux.MS_NODEV | linux.MS_NOEXEC
+    linux.mount("proc", target, "proc", flags, PROC_OPTIONS)
+
+
 def build_root(spec: dict[str, Any]) -> None:
     """Build the sandbox root described by ``spec`` and pivot into it.
 
@@ -144,8 +150,7 @@ def build_root(spec: dict[str, Any]) -> None:
     os.makedirs(root + "/proc", exist_ok=True)
     # A proc instance of *this* pid namespace: the sample sees only its own
     # worker's processes.
-    flags = linux.MS_NOSUID | linux.MS_NODEV | linux.MS_NOEXEC
-    linux.mount("proc", root + "/proc", "proc", flags, PROC_OPTIONS)
+    mount_proc(root + "/proc")
     os.makedirs(root + "/.old-root")
     linux.pivot_root(root, root + "/.old-root")
     os.chdir("/")
@@ -208,11 +213,17 @@ def nest_pid_namespace() -> None:
                     os._exit(os.waitstatus_to_exitcode(status) & 0xFF)
         except BaseException:
             os._exit(1)
-    flags = linux.MS_NOSUID | linux.MS_NODEV | linux.MS_NOEXEC
-    linux.mount("proc", "/proc", "proc", flags, PROC_OPTIONS)
+    mount_proc("/proc")
 
 
 PID_AFTER = 1  # every run of a worker is forked as pid PID_AFTER + 1 of its namespace
+PID_AFTER_TEXT = str(PID_AFTER).encode()  # what is written to ns_last_pid before each fork
+
+
+def set_next_pid(counter: int) -> None:
+    """Make the next fork of this pid namespace pid ``PID_AFTER + 1`` (``counter``:
+    :func:`open_pid_counter`'s descriptor)."""
+    os.pwrite(counter, PID_AFTER_TEXT, 0)
 
 
 def open_pid_counter() -> int | None:
@@ -227,7 +238,7 @@ def open_pid_counter() -> int | None:
     except OSError:
         return None
     try:
-        os.pwrite(fd, str(PID_AFTER).encode(), 0)
+        set_next_pid(fd)
     except OSError:
         os.close(fd)
         return None

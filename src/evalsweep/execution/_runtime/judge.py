@@ -292,7 +292,6 @@ _SHARED_RANDOM = (
 )
 _MODULE = type(contextlib)
 _HEAPTYPE = 1 << 9  # a class written in Python
-_C_INT_MAX = 2**31 - 1  # the most sys.setrecursionlimit and set_int_max_str_digits take
 _WATCH_LIMIT = 1000
 
 
@@ -604,13 +603,15 @@ class SampleChannel(wire.Endpoint):
         limits = reply.get("lim")
         if limits is not None:  # the program changed limits one process shares: the test too
             pair = _int_list(limits)
-            if len(pair) != 2 or not (pair[1] == 0 or 640 <= pair[1] <= _C_INT_MAX):
-                raise wire.ProtocolError("malformed limits")
-            if not -_C_INT_MAX <= pair[0] <= _C_INT_MAX:
+            if (
+                len(pair) != 2
+                or not -wire.C_INT_MAX <= pair[0] <= wire.C_INT_MAX
+                or not (pair[1] == 0 or 640 <= pair[1] <= wire.C_INT_MAX)
+            ):
                 raise wire.ProtocolError("malformed limits")
             # The program moved its limit by pair[0]: the test's moves alike. One the
             # judge cannot apply where the test runs is said so, never a protocol error.
-            wanted = min(self._recursion_limit + pair[0], _C_INT_MAX)
+            wanted = min(self._recursion_limit + pair[0], wire.C_INT_MAX)
             try:
                 sys.setrecursionlimit(wanted)
             except (RecursionError, ValueError):

@@ -88,7 +88,7 @@ class SampleRole:
                     supervise.JUDGE_WAIT_GRACE,
                 ),
                 -1 if z.pid_counter is None else z.pid_counter,
-                str(jail.PID_AFTER).encode(),
+                jail.PID_AFTER_TEXT,
             )
         while True:
             body, fds = control.receive_body(z.ctl)
@@ -163,8 +163,8 @@ class SampleRole:
             os.dup2(rpc_fd, 3)
         for fd in (out_write, err_write, *fds[:1], *fds[2:]):
             os.close(fd)
-        if self._zygote.pid_counter is not None:  # every run the same pid (jail.open_pid_counter)
-            os.pwrite(self._zygote.pid_counter, str(jail.PID_AFTER).encode(), 0)
+        if self._zygote.pid_counter is not None:  # every run the same pid
+            jail.set_next_pid(self._zygote.pid_counter)
         started = time.monotonic()
         pid = os.fork()
         if pid == 0:

@@ -225,6 +225,9 @@ def _scalar(value: Any) -> bool:
     return type(value) in _SCALARS and value == value
 
 
+C_INT_MAX = 2**31 - 1  # the most sys.setrecursionlimit and set_int_max_str_digits take
+
+
 class raised_recursion_limit:  # noqa: N801 - used as a context manager
     """Room for MAX_DEPTH levels of nesting above the current stack, restored after.
 
@@ -244,7 +247,7 @@ class raised_recursion_limit:  # noqa: N801 - used as a context manager
     def __enter__(self) -> None:
         self._old = sys.getrecursionlimit()
         _OUTER_LIMITS.append(self._old)
-        sys.setrecursionlimit(min(self._old + self._room, 2**31 - 1))  # a C int at most
+        sys.setrecursionlimit(min(self._old + self._room, C_INT_MAX))
 
     def __exit__(self, *exc: object) -> None:
         _OUTER_LIMITS.pop()
