@@ -218,13 +218,22 @@ def _own_cpu() -> float:
 
 
 def _zygote_cpu(pid: int | None) -> float | None:
-    """CPU seconds of one zygote and of the samples it has reaped (None once it is gone)."""
+    """CPU seconds of one zygote and of the samples it has reaped (None once it is gone).
+
+    A sample zygote is init of a nested pid namespace (``jail.nest_pid_namespace``): its
+    first process only waits, and the runs are reaped by its child, whose time reaches the
+    first process only when that child exits; so the live children are counted too.
+    """
     ticks = os.sysconf("SC_CLK_TCK")
     try:
         fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return sum(int(value) for value in fields[11:15]) / ticks
+        total = sum(int(value) for value in fields[11:15]) / ticks
+        children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
     except (OSError, ValueError, IndexError):
         return None
+    for child in children:
+        total += _zygote_cpu(int(child)) or 0.0
+    return total
 
 
 class ZygoteMeter:
