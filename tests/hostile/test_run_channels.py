@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import secrets
+import time
 
 import pytest
 
@@ -199,3 +200,57 @@ def test_a_run_cannot_read_what_the_zygote_counted_of_earlier_runs(loop: str) ->
     assert verdicts[0] == verdicts[-1] == "passed", verdicts
     assert "passed" not in verdicts[1:5], verdicts
     assert verdicts[5] == "passed", results[5].verdict
+
+
+# -- the order of the two runs across workers ---------------------------------------------------
+
+SQUARE_TEST = FunctionTest(
+    "def check(candidate):\n    assert candidate(3) == 9\n    assert candidate(-2) == 4\n", "square"
+)
+CUBE_TEST = FunctionTest("def check(candidate):\n    assert candidate(2) == 8\n", "cube")
+
+
+def test_plain_runs_of_a_test_start_after_all_its_split_runs(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Counters the kernel shares between workers (inode numbers of new pipes and sockets,
+    /proc/stat) cannot be reset per run: the service's order is what keeps a plain run's
+    spending from reaching a split run of the same test. No plain run of a test may start
+    before every split run of that test has ended, on every worker, however the samples
+    are spread and however long one split run takes."""
+    from evalsweep.execution import _worker
+
+    events: list[tuple[float, str, int]] = []
+    collect, submit_plain = _worker.Worker._collect, _worker.Worker._submit_plain
+
+    def collected(self: _worker.Worker, flight: _worker._Flight) -> object:
+        ended = collect(self, flight)
+        if flight.judged or flight.stage == _worker.PLAIN:  # not the start-up probe
+            events.append((time.monotonic(), flight.stage, flight.index))
+        return ended
+
+    def plain_sent(self: _worker.Worker, index: int, request: ExecutionRequest) -> object:
+        events.append((time.monotonic(), "plain sent", index))
+        return submit_plain(self, index, request)
+
+    monkeypatch.setattr(_worker.Worker, "_collect", collected)
+    monkeypatch.setattr(_worker.Worker, "_submit_plain", plain_sent)
+    quick = "def square(x):\n    return x * x\n"
+    slow = "import time\ndef square(x):\n    time.sleep(0.4)\n    return x * x\n"
+    cube = "def cube(x):\n    return x ** 3\n"
+    requests = [ExecutionRequest(quick, test=SQUARE_TEST) for _ in range(7)]
+    requests.insert(3, ExecutionRequest(slow, test=SQUARE_TEST))  # ends last of its test
+    requests += [ExecutionRequest(cube, test=CUBE_TEST) for _ in range(6)]
+    with ExecutionService(workers=2, limits=LIMITS) as service:
+        results = service.run_many(requests, slice_items=2)  # spread over both workers
+    assert [result.verdict.status for result in results] == ["passed"] * len(requests)
+    for test in (SQUARE_TEST, CUBE_TEST):
+        ours = {index for index, request in enumerate(requests) if request.test == test}
+        split_ends = [t for t, what, index in events if what == "split" and index in ours]
+        plain_starts = [t for t, what, index in events if what == "plain sent" and index in ours]
+        assert len(split_ends) == len(plain_starts) == len(ours)
+        assert max(split_ends) < min(plain_starts)
+    # The plain runs of the quick test were not held for the slow one.
+    cube_plain = min(t for t, what, index in events if what == "plain sent" and index >= 8)
+    slow_end = next(t for t, what, index in events if what == "split" and index == 3)
+    assert cube_plain < slow_end

@@ -58,18 +58,20 @@ def decide(
     *,
     oom: bool,
     plain: tuple[dict[str, Any], dict[str, Any] | None] | None = None,
+    plain_oom: bool = False,
 ) -> SampleVerdict:
     """The verdict for one sample; see :class:`SampleVerdict` for the categories.
 
     For a function test, ``sample`` and ``judge`` are the split run's facts
     and ``plain`` the plain run's (its zygote's facts and its report): the
     plain run's verdict stands unless it is a pass, which only the split run
-    can confirm (see ``_runtime/plain.py``).
+    can confirm (see ``_runtime/plain.py``). ``oom`` and ``plain_oom`` say
+    whether the worker's OOM counter moved during each run.
     """
     split = _decide_run(request, sample, judge, oom)
     if request.test is None or plain is None:
         return split
-    return combine(_decide_plain(request, plain[0], plain[1], oom), split)
+    return combine(_decide_plain(request, plain[0], plain[1], plain_oom), split)
 
 
 def combine(plain: SampleVerdict, split: SampleVerdict) -> SampleVerdict:

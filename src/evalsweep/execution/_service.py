@@ -11,6 +11,14 @@ A sample that overruns its timeout keeps its worker until its verdict is in
 CPU is not held against it). So that such a sample costs the run nothing
 else, the worker hands the rest of its slice back to the queue and a
 stand-in worker serves the queue until the slow sample ends.
+
+A sample with a function test runs twice (docs/sandbox.md, "Two runs per
+sample"), in two stages the service orders across all workers: the plain
+run of any sample of a test (the only process of a sample that holds the
+test) is sent only once every split run of that test in the service has
+ended. So no counter the kernel shares between workers (new inode numbers,
+``/proc/stat``) can carry a test's expected values from a plain run to a
+split run of the same test, on any worker.
 """
 
 from __future__ import annotations
@@ -24,7 +32,7 @@ import statistics
 import tempfile
 import threading
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from evalsweep.errors import EvalsweepError
 
@@ -39,7 +47,19 @@ from ._types import (
     SampleVerdict,
     SandboxReport,
 )
-from ._worker import Worker, WorkerSettings, default_uid_base, judge_key
+from ._worker import (
+    PLAIN,
+    SPLIT,
+    Outcome,
+    PlainRun,
+    SplitRun,
+    Worker,
+    WorkerSettings,
+    default_uid_base,
+    judge_key,
+    judged_result,
+    split_verdict_alone,
+)
 
 # Imported once in every sample zygote. Only the small modules most programs
 # import: each preloaded module makes the zygote bigger and every fork of it
@@ -118,6 +138,12 @@ def make_slices(
     return slices
 
 
+def test_gate(request: ExecutionRequest) -> str | None:
+    """What orders a judged request's runs: its test's source (the expected values are in
+    it, whatever the entry point or prelude); None for a request without a function test."""
+    return request.test.test if request.test is not None else None
+
+
 def group_by_test(
     items: Sequence[tuple[int, ExecutionRequest]],
 ) -> list[tuple[int, ExecutionRequest]]:
@@ -138,7 +164,8 @@ def group_by_test(
     return [items[position] for position in order]
 
 
-Task = tuple["_Job", list[tuple[int, ExecutionRequest]]]
+# A slice of one job in one stage (SPLIT or PLAIN).
+Task = tuple["_Job", list[tuple[int, ExecutionRequest]], str]
 
 
 class _JobQueue(queue.Queue[Task | None]):
@@ -165,6 +192,11 @@ class _Job:
     finished: int = 0
     failure: BaseException | None = None
     cancelled: bool = False
+    per_slice: int = 1
+    # Judged samples whose split run has not ended yet, with their test_gate.
+    open: dict[int, str] = field(default_factory=dict)
+    # Judged samples whose split run has ended, until their plain run has.
+    split_runs: dict[int, SplitRun] = field(default_factory=dict)
 
     def is_cancelled(self) -> bool:
         return self.cancelled
@@ -318,6 +350,10 @@ class ExecutionService:
         self._free_stand_ins = list(range(self.workers + self.stand_ins - 1, self.workers - 1, -1))
         self._slow = 0
         self._closing = False
+        # The order of the two stages (see the module's docstring), over every job.
+        self._gate_lock = threading.Lock()
+        self._open: dict[str, int] = {}  # test_gate -> split runs not yet ended
+        self._held: dict[str, list[tuple[_Job, int]]] = {}  # plain runs waiting for it
         self._pool = [Worker(index, settings) for index in range(self.workers)]
         errors: list[BaseException] = []
         starters = [
@@ -421,6 +457,7 @@ class ExecutionService:
             if on_result is not None:
                 on_result(index, result)
 
+        per_slice = slice_items or max(1, min(_SLICE_ITEMS, len(requests) // (self.workers * 4)))
         job = _Job(
             total=len(requests),
             emit=emit,
@@ -428,21 +465,29 @@ class ExecutionService:
             shareable=slice_items is None,
             done=threading.Event(),
             lock=threading.Lock(),
+            per_slice=per_slice,
         )
         items = list(enumerate(requests))
         if slice_items is None:
             items = group_by_test(items)
-        per_slice = slice_items or max(1, min(_SLICE_ITEMS, len(requests) // (self.workers * 4)))
         slices = make_slices(items, per_slice)
         if slice_items is None:
             slices = self._longest_first(slices)
+        with self._gate_lock:
+            for index, request in enumerate(requests):
+                gate = test_gate(request)
+                if gate is not None:
+                    job.open[index] = gate
+                    self._open[gate] = self._open.get(gate, 0) + 1
         for piece in slices:
-            self._jobs.put((job, piece))
+            self._jobs.put((job, piece, SPLIT))
         try:
             job.done.wait()
         except BaseException:  # e.g. KeyboardInterrupt: stop the workers too
             job.cancel()
             raise
+        finally:
+            self._end_job(job)
         if job.failure is not None:
             raise job.failure
         return [result for result in results if result is not None]
@@ -460,7 +505,7 @@ class ExecutionService:
                     self._idle -= 1
             if task is None:
                 return
-            job, piece = task
+            job, piece, stage = task
             if job.cancelled:
                 continue
             if stand_in and self._retire(worker):
@@ -470,32 +515,43 @@ class ExecutionService:
             emitted: set[int] = set()
 
             def emit(
-                index: int, result: ExecutionResult, job: _Job = job, emitted: set[int] = emitted
+                index: int,
+                outcome: Outcome,
+                job: _Job = job,
+                emitted: set[int] = emitted,
+                stage: str = stage,
             ) -> None:
                 with job.lock:
-                    if job.cancelled or index in emitted:
+                    if index in emitted:
                         return  # a verdict, once given, is never given again
                     emitted.add(index)
+                    self._learn_cost(job.requests[index], outcome)
+                    result = self._ended(job, index, outcome, stage)
+                    if result is None or job.cancelled:
+                        return
                     try:
                         job.emit(index, result)
                     except BaseException as error:  # the caller's callback failed
                         job.cancel(error)
                         return
                     job.finished += 1
-                    self._learn_cost(job.requests[index], result)
                     if job.finished == job.total:
                         job.done.set()
 
             def on_slow(
-                rest: list[tuple[int, ExecutionRequest]], job: _Job = job
+                rest: list[tuple[int, ExecutionRequest]], job: _Job = job, stage: str = stage
             ) -> Callable[[], None]:
-                return self._slow_sample(job, rest)
+                return self._slow_sample(job, rest, stage)
 
-            def share(rest: list[tuple[int, ExecutionRequest]], job: _Job = job) -> bool:
-                return self._share(job, rest)
+            def share(
+                rest: list[tuple[int, ExecutionRequest]], job: _Job = job, stage: str = stage
+            ) -> bool:
+                return self._share(job, rest, stage)
 
-            def hand_off(long: list[tuple[int, ExecutionRequest]], job: _Job = job) -> bool:
-                return self._hand_off(job, long)
+            def hand_off(
+                long: list[tuple[int, ExecutionRequest]], job: _Job = job, stage: str = stage
+            ) -> bool:
+                return self._hand_off(job, long, stage)
 
             try:
                 worker.run_slice(
@@ -506,6 +562,7 @@ class ExecutionService:
                     share=share,
                     expected_cost=self._expected_cost,
                     hand_off=hand_off,
+                    stage=stage,
                 )
             except BaseException as error:  # the worker cannot be restarted
                 lost = SampleVerdict("error", "worker lost", f"{type(error).__name__}: {error}")
@@ -517,14 +574,69 @@ class ExecutionService:
                 with job.lock:
                     job.failure = job.failure or SandboxUnavailableError(str(error))
 
+    # -- the two stages of a judged sample ----------------------------------------------------
+
+    def _ended(self, job: _Job, index: int, outcome: Outcome, stage: str) -> ExecutionResult | None:
+        """A run of ``job``'s request ``index`` has ended: its result, if that decides it.
+
+        A split run that does not decide its sample alone is kept, its plain run
+        held until its test's gate opens (:meth:`_split_ended`); a plain run is
+        combined with the split run kept. An ``ExecutionResult`` (a refusal, a
+        request without a function test, a worker lost) is final in either stage.
+        """
+        request = job.requests[index]
+        if stage == PLAIN:
+            split = job.split_runs.pop(index, None)
+            if isinstance(outcome, PlainRun) and split is not None:
+                return judged_result(request, split, outcome)
+            return outcome if isinstance(outcome, ExecutionResult) else None
+        result: ExecutionResult | None
+        if isinstance(outcome, SplitRun):
+            result = split_verdict_alone(request, outcome)
+        else:
+            result = outcome if isinstance(outcome, ExecutionResult) else None
+        with self._gate_lock:
+            gate = job.open.pop(index, None)
+            if result is None and isinstance(outcome, SplitRun) and gate is not None:
+                job.split_runs[index] = outcome
+                self._held.setdefault(gate, []).append((job, index))
+            if gate is not None:
+                self._split_ended(gate)
+        return result
+
+    def _split_ended(self, gate: str) -> None:
+        """One split run of ``gate``'s test has ended; if it was the last, send the plain
+        runs held for it (ahead of every other slice: they finish their samples)."""
+        self._open[gate] -= 1
+        if self._open[gate] > 0:
+            return
+        del self._open[gate]
+        held = self._held.pop(gate, [])
+        by_job: dict[int, tuple[_Job, list[tuple[int, ExecutionRequest]]]] = {}
+        for job, index in held:
+            by_job.setdefault(id(job), (job, []))[1].append((index, job.requests[index]))
+        for job, items in by_job.values():
+            if job.cancelled:
+                continue
+            for piece in reversed(make_slices(items, job.per_slice)):
+                self._jobs.put_first((job, piece, PLAIN))
+
+    def _end_job(self, job: _Job) -> None:
+        """``job`` is over (done, failed or cancelled): its split runs hold no gate any more."""
+        with self._gate_lock:
+            open_gates, job.open = list(job.open.values()), {}
+            for gate in open_gates:
+                self._split_ended(gate)
+
     # -- scheduling: slow problems first, shared out at the end --------------------------------
 
-    def _learn_cost(self, request: ExecutionRequest, result: ExecutionResult) -> None:
-        """Keep a running mean of each test's sample cost: how long it held its worker."""
+    def _learn_cost(self, request: ExecutionRequest, run: Outcome) -> None:
+        """Keep a running mean of each test's run cost: how long one run held its worker
+        (a judged sample's two runs count apart, so the cost is known after its first)."""
         if request.test is None:
             return
         key = judge_key(request)
-        cost = max(result.wall_seconds, 0.0)
+        cost = max(run.wall_seconds, 0.0)
         mean, count = self._costs.get(key, (0.0, 0))
         count = min(count + 1, _COST_MEMORY)
         self._costs[key] = (mean + (cost - mean) / count, count)
@@ -572,7 +684,7 @@ class ExecutionService:
         pieces.sort(key=lambda entry: -entry[0])  # stable: equal costs keep their order
         return [piece for _, piece in pieces]
 
-    def _share(self, job: _Job, rest: list[tuple[int, ExecutionRequest]]) -> bool:
+    def _share(self, job: _Job, rest: list[tuple[int, ExecutionRequest]], stage: str) -> bool:
         """Queue ``rest`` (the back of a worker's slice) if a worker has nothing to do.
 
         Slices are cut before anyone knows how long their samples take, so at
@@ -581,10 +693,10 @@ class ExecutionService:
         """
         if not job.shareable or self._idle <= 0 or not self._jobs.empty() or job.cancelled:
             return False
-        self._jobs.put((job, rest))
+        self._jobs.put((job, rest, stage))
         return True
 
-    def _hand_off(self, job: _Job, long: list[tuple[int, ExecutionRequest]]) -> bool:
+    def _hand_off(self, job: _Job, long: list[tuple[int, ExecutionRequest]], stage: str) -> bool:
         """Queue each of ``long`` as a slice of its own, ahead of every other slice.
 
         A worker found these among its unsent samples once their test proved
@@ -594,20 +706,20 @@ class ExecutionService:
         if not job.shareable or job.cancelled:
             return False
         for item in reversed(long):
-            self._jobs.put_first((job, [item]))
+            self._jobs.put_first((job, [item], stage))
         return True
 
     # -- stand-ins for workers held by slow samples -------------------------------------------
 
     def _slow_sample(
-        self, job: _Job, rest: list[tuple[int, ExecutionRequest]]
+        self, job: _Job, rest: list[tuple[int, ExecutionRequest]], stage: str
     ) -> Callable[[], None]:
         """A worker's sample overran its timeout: requeue its slice, start a stand-in.
 
         Returns the function the worker calls once that sample's verdict is in.
         """
         if rest and not job.cancelled:
-            self._jobs.put((job, rest))
+            self._jobs.put((job, rest, stage))
         with self._lock:
             self._slow += 1
             index = self._free_stand_ins.pop() if self._free_stand_ins else None

