@@ -18,7 +18,9 @@ Both run the same samples on the same machine in one invocation:
 The machine may be shared, so its load drifts; to compare like with like the
 workloads are cut into chunks and the two take turns chunk by chunk (which
 goes first alternates). Workloads: HumanEval's canonical solutions repeated
-ten times (1,640 samples), and the real model completions in
+ten times (1,640 samples), one trivial problem (``return 1``) 1,640 times (what
+each harness costs per sample beyond the program's own work), and the real
+model completions in
 ``shared/data/humaneval-samples`` (22,900 samples, HumanEval and MBPP). The
 script prints each throughput and the ratio, and appends them, with the
 machine and versions, to ``benchmarks/RESULTS.md``.
@@ -161,6 +163,23 @@ def load_workload(name: str, problems_path: Path, samples_path: Path, copies: in
             for s in samples
         ],
     )
+
+
+def trivial_workload(work: Path, copies: int = 1640) -> Workload:
+    """One trivial problem (``return 1``), ``copies`` times: what each harness costs per
+    sample beyond the program's own work (its processes, forks and messages)."""
+    problem = {
+        "task_id": "Trivial/0",
+        "prompt": "def f():\n",
+        "entry_point": "f",
+        "canonical_solution": "    return 1\n",
+        "test": "def check(candidate):\n    assert candidate() == 1\n",
+    }
+    problems = work / "trivial-problems.jsonl"
+    problems.write_text(json.dumps(problem) + "\n")
+    samples = work / "trivial-samples.jsonl"
+    samples.write_text(json.dumps({"task_id": "Trivial/0", "completion": "    return 1\n"}) + "\n")
+    return load_workload(f"a trivial sample x{copies}", problems, samples, copies=copies)
 
 
 def canonical_workload(work: Path) -> Workload:
@@ -520,6 +539,11 @@ def main() -> None:
             with_start = timing.human_eval / (timing.evalsweep + start_up)
             print(f"  counting the service's start-up as well: {with_start:.2f}x")
             rows.append(row(canonical.name, timing))
+            trivial = trivial_workload(work)
+            timing = compare(module, service, trivial, CHUNK)
+            print(describe(trivial.name, timing))
+            print(f"RATIO trivial x1640 (each harness's cost per sample): {timing.ratio:.2f}x")
+            rows.append(row(trivial.name, timing))
             if not args.no_real:
                 total = Timing()
                 files = 0
