@@ -254,3 +254,63 @@ def test_plain_runs_of_a_test_start_after_all_its_split_runs(
     cube_plain = min(t for t, what, index in events if what == "plain sent" and index >= 8)
     slow_end = next(t for t, what, index in events if what == "split" and index == 3)
     assert cube_plain < slow_end
+
+
+# -- the page cache ------------------------------------------------------------------------------
+
+PAGE_CACHE_PROBE = r"""
+import ctypes, json, mmap, os, sys
+libc = ctypes.CDLL(None, use_errno=True)
+fd = os.open(os.path.realpath(sys.executable), os.O_RDONLY)
+out = {}
+def attempt(name, call):
+    try:
+        call()
+        out[name] = "allowed"
+    except BlockingIOError:
+        out[name] = "allowed"  # RWF_NOWAIT on a page not in the cache
+    except OSError as error:
+        out[name] = error.errno
+def mapped(advice):
+    page = mmap.mmap(fd, 4096, prot=mmap.PROT_READ)
+    page.madvise(advice)
+def mincore():
+    page = mmap.mmap(-1, 4096)
+    vector = (ctypes.c_ubyte * 1)()
+    address = ctypes.addressof(ctypes.c_char.from_buffer(page))
+    if libc.mincore(ctypes.c_void_p(address), ctypes.c_size_t(4096), vector) != 0:
+        raise OSError(ctypes.get_errno(), "mincore")
+def cachestat():
+    span, stat = (ctypes.c_uint64 * 2)(0, 4096), (ctypes.c_uint64 * 5)()
+    if libc.syscall(451, fd, span, stat, 0) != 0:
+        raise OSError(ctypes.get_errno(), "cachestat")
+attempt("preadv2 RWF_NOWAIT", lambda: os.preadv(fd, [bytearray(16)], 0, os.RWF_NOWAIT))
+attempt("mincore", mincore)
+attempt("cachestat", cachestat)
+attempt("fadvise DONTNEED", lambda: os.posix_fadvise(fd, 0, 4096, os.POSIX_FADV_DONTNEED))
+attempt("madvise COLD", lambda: mapped(20))
+attempt("madvise PAGEOUT", lambda: mapped(21))
+attempt("preadv", lambda: os.preadv(fd, [bytearray(16)], 0))
+attempt("fadvise WILLNEED", lambda: os.posix_fadvise(fd, 0, 4096, os.POSIX_FADV_WILLNEED))
+attempt("madvise WILLNEED", lambda: mapped(mmap.MADV_WILLNEED))
+print(json.dumps(out))
+"""
+
+
+def test_no_run_reads_the_page_cache_without_a_clock_or_evicts_from_it() -> None:
+    """The page cache is the machine's and outlives every run: a run that could evict file
+    pages and another that could ask which are cached would share a channel no order of
+    runs closes (a review's cheater passed its later copies through it, across services).
+    Both kinds of call fail; reading files and the harmless advice stay as in one process."""
+    with ExecutionService(workers=1, limits=LIMITS) as service:
+        result = service.run(ExecutionRequest(PAGE_CACHE_PROBE))
+    assert result.verdict.status == "passed", result.stderr
+    seen = json.loads(result.stdout)
+    eperm = 1
+    for refused in (
+        "preadv2 RWF_NOWAIT", "mincore", "cachestat", "fadvise DONTNEED", "madvise COLD",
+        "madvise PAGEOUT",
+    ):  # fmt: skip
+        assert seen[refused] == eperm, (refused, seen)
+    for allowed in ("preadv", "fadvise WILLNEED", "madvise WILLNEED"):
+        assert seen[allowed] == "allowed", (allowed, seen)

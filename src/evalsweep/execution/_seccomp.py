@@ -7,7 +7,11 @@ deny list on top of the namespaces: calls that reach kernel surface a sample
 never needs (mounting, new namespaces, ptrace, BPF, keyrings, io_uring,
 kernel modules, SysV IPC that would outlive the sample) fail with ``EPERM``;
 sockets other than ``AF_UNIX`` fail; non-native system call ABIs kill the
-process.
+process. The page cache outlives every run and is the machine's: the calls
+that read which file pages it holds without a clock (``mincore``,
+``cachestat``, ``preadv2`` with ``RWF_NOWAIT``) and those that evict pages
+(``posix_fadvise`` ``DONTNEED``, ``madvise`` ``COLD``/``PAGEOUT``) fail with
+``EPERM`` too (docs/sandbox.md, "State the whole machine shares").
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ _ALLOW = 0x7FFF0000
 _KILL_PROCESS = 0x80000000
 _FILTER_ATTR_BAD_ARCH = 2  # SCMP_FLTATR_ACT_BADARCH
 _CMP_NE = 1
+_CMP_EQ = 4
 _CMP_MASKED_EQ = 7
 _AF_UNIX = 1
 
@@ -54,6 +59,14 @@ _NAMESPACE_FLAGS = (
     0x02000000,
 )
 _TIOCSTI = 0x5412
+# The page cache (see the module docstring): readers without a clock, and evictors.
+PAGE_CACHE_DENIED = ("mincore", "cachestat")
+_RWF_NOWAIT = 0x00000008
+_POSIX_FADV_DONTNEED = 4
+_MADV_COLD, _MADV_PAGEOUT = 20, 21
+# System calls newer than some libseccomp releases know by name; the same number on x86-64
+# and arm64 (the shared table of new system calls).
+_NUMBERS = {"cachestat": 451}
 
 
 @dataclass(frozen=True)
@@ -130,6 +143,8 @@ def _compile(denied: list[str], *, policy: bool) -> bytes:
 
         def rule(action: int, syscall: str, *cmps: tuple[int, int, int, int]) -> None:
             number = lib.seccomp_syscall_resolve_name(syscall.encode())
+            if number < 0 and syscall in _NUMBERS and os.uname().machine in ("x86_64", "aarch64"):
+                number = _NUMBERS[syscall]
             if number < 0:
                 return  # not a system call on this architecture
             array = (_ArgCmp * max(1, len(cmps)))(*(_ArgCmp(*cmp) for cmp in cmps))
@@ -153,6 +168,13 @@ def _compile(denied: list[str], *, policy: bool) -> bytes:
         rule(_errno_action(97), "socketpair", (0, _CMP_NE, _AF_UNIX, 0))
         rule(eperm, "ioctl", (1, _CMP_MASKED_EQ, 0xFFFFFFFF, _TIOCSTI))
         rule(eperm, "personality", (0, _CMP_NE, 0xFFFFFFFF, 0))
+        for syscall in PAGE_CACHE_DENIED:
+            rule(eperm, syscall)
+        for syscall in ("preadv2", "pwritev2"):  # flags are the sixth argument
+            rule(eperm, syscall, (5, _CMP_MASKED_EQ, _RWF_NOWAIT, _RWF_NOWAIT))
+        rule(eperm, "fadvise64", (3, _CMP_EQ, _POSIX_FADV_DONTNEED, 0))
+        for advice in (_MADV_COLD, _MADV_PAGEOUT):
+            rule(eperm, "madvise", (2, _CMP_EQ, advice, 0))
         return _export(lib, ctx)
     finally:
         lib.seccomp_release(ctx)
