@@ -328,6 +328,43 @@ CASES: tuple[Case, ...] = (
     ),
     # -- state one process shares ------------------------------------------------------------------
     Case(
+        "a_child_started_with_sys_executable_is_the_same_python",
+        _d("""
+            import subprocess, sys
+            def f():
+                child = [sys.executable, "-c", "import sys; print(sys.prefix)"]
+                return subprocess.run(child, capture_output=True, text=True).stdout.strip()
+        """),
+        _d("""
+            import subprocess, sys
+            def f():
+                child = [sys.executable, "-c", "import sys; print(sys.prefix)"]
+                out = subprocess.run(child, capture_output=True, text=True).stdout.strip()
+                return out == sys.prefix
+        """),
+        "def check(candidate):\n    assert candidate() is True\n",
+    ),
+    Case(
+        "three_hundred_open_files",
+        _d("""
+            import os
+            def f():
+                fds = [os.open("/dev/null", os.O_RDONLY) for _ in range(300)]
+                for fd in fds:
+                    os.close(fd)
+                return len(fds) - 1
+        """),
+        _d("""
+            import os
+            def f():
+                fds = [os.open("/dev/null", os.O_RDONLY) for _ in range(300)]
+                for fd in fds:
+                    os.close(fd)
+                return len(fds)
+        """),
+        "def check(candidate):\n    assert candidate() == 300\n",
+    ),
+    Case(
         "random_drawn_by_program_and_test",
         "import random\nrandom.seed(1)\n\ndef f():\n    return random.random()\n",
         "import random\n\ndef f():\n    return random.Random(1).random()\n",

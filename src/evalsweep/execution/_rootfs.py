@@ -67,6 +67,19 @@ def _covered(path: str, roots: Iterable[str]) -> bool:
     return any(os.path.commonpath([path, root]) == root for root in roots)
 
 
+def interpreter_identity() -> dict[str, list[str]]:
+    """``sys.executable``, ``sys.prefix`` and ``sys.exec_prefix`` as a program sees them: with
+    installed packages, this interpreter's (its virtual environment's, if any); bare, those of
+    the interpreter outside any virtual environment (the venv's ``home``)."""
+    base = getattr(sys, "_base_executable", None) or sys.executable
+    if not os.path.isfile(base):
+        base = sys.executable
+    return {
+        "installed": [sys.executable, sys.prefix, sys.exec_prefix],
+        "bare": [base, sys.base_prefix, sys.base_exec_prefix],
+    }
+
+
 def interpreter_dirs() -> list[str]:
     """Directories this interpreter needs: its prefixes and package dirs."""
     paths = sysconfig.get_paths()

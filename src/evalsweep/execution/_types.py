@@ -67,7 +67,7 @@ class Limits:
     memory_mb: int = 1024  # resident memory (cgroup), tmpfs pages included
     address_space_mb: int = 4096  # virtual memory (RLIMIT_AS)
     max_processes: int = 64  # processes and threads (pids cgroup, RLIMIT_NPROC)
-    max_open_files: int = 256
+    max_open_files: int = 1024  # RLIMIT_NOFILE: the usual soft limit of a login session
     max_file_mb: int = 64  # largest file a sample may write (RLIMIT_FSIZE)
     scratch_mb: int = 64  # size of the per-sample tmpfs
     scratch_inodes: int = 4096

@@ -126,7 +126,8 @@ class JudgeRole:
             else:
                 # The test imports what the program may.
                 path = self._zygote.import_path(message["limits"])
-                reply.update(_judge_in_child(spec, message, fds, path))
+                self._zygote.set_interpreter(message["limits"])  # in the zygote: the child
+                reply.update(_judge_in_child(spec, message, fds, path))  # inherits it
         finally:
             for fd in fds:
                 os.close(fd)
