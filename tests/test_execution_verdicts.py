@@ -228,3 +228,25 @@ def test_time_spent_waiting_for_a_cpu_is_not_held_against_a_sample() -> None:
         os.sched_setaffinity(0, cpus)
     assert [result.verdict.status for result in results] == ["passed"] * 8
     assert max(result.wall_seconds for result in results) > 0.5
+
+
+@pytest.mark.parametrize(
+    "needs",
+    [
+        "socket.socket().close()",
+        "socket.socket(socket.AF_INET6, socket.SOCK_DGRAM).close()",
+        "socket.gethostbyname('example.invalid')",
+    ],
+)
+def test_a_program_that_needs_the_network_is_unsupported_not_failed(
+    service: ExecutionService, needs: str
+) -> None:
+    """The sandbox has no network; one process on a networked machine would go on. The
+    refusal is the sandbox's, not the program's error: ``unsupported``, reason ``network``."""
+    program = f"import socket\ndef f(x):\n    {needs}\n    return x * 3\n"
+    test = FunctionTest("def check(candidate):\n    assert candidate(3) == 9\n", "f")
+    verdict = service.run(ExecutionRequest(program, test=test)).verdict
+    assert (verdict.status, verdict.reason) == ("unsupported", "network"), verdict
+    # A program's own OSError is still its error.
+    own = "def f(x):\n    raise OSError('disk on fire')\n"
+    assert service.run(ExecutionRequest(own, test=test)).verdict.status == "error"

