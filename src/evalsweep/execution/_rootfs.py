@@ -111,6 +111,15 @@ def sys_path() -> list[str]:
     return chosen
 
 
+SCRATCH = "/tmp"  # every run's scratch space: a fresh tmpfs mounted over it
+
+
+def hidden_by_scratch(path: list[str]) -> list[str]:
+    """The entries of ``path`` under :data:`SCRATCH`, which every run's fresh scratch tmpfs
+    covers: an environment installed there cannot be imported from inside the sandbox."""
+    return [entry for entry in path if _covered(entry, [SCRATCH])]
+
+
 def standard_library_path(path: list[str]) -> list[str]:
     """The entries of ``path`` (see :func:`sys_path`) that are not package directories.
 

@@ -325,6 +325,7 @@ class ExecutionService:
             "env": dict(_rootfs.SANDBOX_ENV),
             "sys_path": sys_path,
             "stdlib_path": _rootfs.standard_library_path(sys_path),
+            "hidden_packages": _rootfs.hidden_by_scratch(sys_path),
             "interpreter": _rootfs.interpreter_identity(),
             "seccomp": seccomp.bpf,
             "seccomp_sample": seccomp.sample_bpf,

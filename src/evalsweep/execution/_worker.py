@@ -31,7 +31,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import _sample_verdict
+from . import _rootfs, _sample_verdict
 from ._cgroups import CgroupSupport, WorkerCgroup
 from ._rootfs import interpreter_for
 from ._runtime import control, wire
@@ -392,6 +392,16 @@ class Worker:
         if size > MAX_TRANSFER_BYTES:
             return SampleVerdict(
                 "error", "too large", f"{size} bytes exceeds the {MAX_TRANSFER_BYTES}-byte limit"
+            )
+        limits = request.limits or self.settings.limits
+        hidden = self.settings.config.get("hidden_packages")
+        if limits.installed_packages and hidden and request.language == "python":
+            return SampleVerdict(
+                "unsupported",
+                "installed packages",
+                f"this environment's packages are under {_rootfs.SCRATCH} ({hidden[0]}), which "
+                "every run's scratch space covers: install evalsweep elsewhere to run with "
+                "installed packages",
             )
         if request.test is not None and request.language != "python":
             return SampleVerdict("error", "unsupported", "function tests are for Python programs")
