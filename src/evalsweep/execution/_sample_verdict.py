@@ -10,7 +10,9 @@ by actually behaving that way.
 from __future__ import annotations
 
 import dataclasses
+import errno
 import signal
+import socket
 from typing import Any
 
 from ._runtime.exit_codes import SETUP_FAILED, SETUP_FAILED_LINE
@@ -153,14 +155,18 @@ def _decide_plain(
 # family but AF_UNIX (EAFNOSUPPORT), and no name resolves (getaddrinfo's EAI_NONAME,
 # EAI_AGAIN, EAI_NODATA, EAI_FAIL). One process on a networked machine would have gone on.
 _NETWORK_REFUSALS = {
-    "OSError": ("[Errno 97] ",),
-    "gaierror": ("[Errno -2] ", "[Errno -3] ", "[Errno -4] ", "[Errno -5] "),
+    "OSError": (f"[Errno {errno.EAFNOSUPPORT}] ",),
+    "gaierror": tuple(
+        f"[Errno {code}] "
+        for code in (socket.EAI_NONAME, socket.EAI_AGAIN, socket.EAI_FAIL, socket.EAI_NODATA)
+    ),
     "herror": ("",),
 }
 
 
 def _network_refusal(kind: str, message: str) -> bool:
-    return message.startswith(_NETWORK_REFUSALS.get(kind, ("\0",)))
+    prefixes = _NETWORK_REFUSALS.get(kind)
+    return prefixes is not None and message.startswith(prefixes)
 
 
 def request_timeout(request: ExecutionRequest) -> float:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import errno
 import os
 import threading
 from dataclasses import dataclass
@@ -164,8 +165,9 @@ def _compile(denied: list[str], *, policy: bool) -> bytes:
         for flag in _NAMESPACE_FLAGS:
             rule(eperm, "clone", (0, _CMP_MASKED_EQ, flag, flag))
         rule(_errno_action(38), "clone3")
-        rule(_errno_action(97), "socket", (0, _CMP_NE, _AF_UNIX, 0))  # EAFNOSUPPORT
-        rule(_errno_action(97), "socketpair", (0, _CMP_NE, _AF_UNIX, 0))
+        no_family = _errno_action(errno.EAFNOSUPPORT)  # read back by _sample_verdict as "network"
+        rule(no_family, "socket", (0, _CMP_NE, _AF_UNIX, 0))
+        rule(no_family, "socketpair", (0, _CMP_NE, _AF_UNIX, 0))
         rule(eperm, "ioctl", (1, _CMP_MASKED_EQ, 0xFFFFFFFF, _TIOCSTI))
         rule(eperm, "personality", (0, _CMP_NE, 0xFFFFFFFF, 0))
         for syscall in PAGE_CACHE_DENIED:

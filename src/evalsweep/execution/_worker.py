@@ -196,9 +196,12 @@ class _Flight:
     limits: Limits
     judged: bool
     started: float
-    stage: str = SPLIT
     # A plain run: our end of its report channel.
     plain_report: socket.socket | None = None
+
+    @property
+    def stage(self) -> str:
+        return PLAIN if self.plain_report is not None else SPLIT
 
 
 @dataclass
@@ -532,9 +535,7 @@ class Worker:
             raise
         finally:
             theirs.close()
-        return _Flight(
-            index, request, request_id, limits, False, time.monotonic(), PLAIN, plain_report=ours
-        )
+        return _Flight(index, request, request_id, limits, False, time.monotonic(), ours)
 
     def _collect(self, flight: _Flight) -> tuple[dict[str, Any], Outcome]:
         """The zygote's facts of ``flight``'s run, and its outcome."""

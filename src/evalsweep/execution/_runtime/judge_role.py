@@ -126,8 +126,8 @@ class JudgeRole:
             else:
                 # The test imports what the program may.
                 path = self._zygote.import_path(message["limits"])
-                self._zygote.set_interpreter(message["limits"])  # in the zygote: the child
-                reply.update(_judge_in_child(spec, message, fds, path))  # inherits it
+                interpreter = self._zygote.interpreter(message["limits"])
+                reply.update(_judge_in_child(spec, message, fds, path, interpreter))
         finally:
             for fd in fds:
                 os.close(fd)
@@ -136,7 +136,11 @@ class JudgeRole:
 
 
 def _judge_in_child(
-    spec: dict[str, Any], message: dict[str, Any], fds: list[int], path: list[str]
+    spec: dict[str, Any],
+    message: dict[str, Any],
+    fds: list[int],
+    path: list[str],
+    interpreter: tuple[str, str, str],
 ) -> dict[str, Any]:
     """Fork, judge in the child, and return what it reported (or why it did not)."""
     report_read, report_write = os.pipe()
@@ -156,6 +160,7 @@ def _judge_in_child(
     if pid == 0:
         os.close(report_read)
         sys.path[:] = path
+        sys.executable, sys.prefix, sys.exec_prefix = interpreter
         _judge_child(spec, message, fds[0], report_write)  # never returns
     os.close(report_write)
     # The child holds the channel now: the sample sees end-of-file when it ends.

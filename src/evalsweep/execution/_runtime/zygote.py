@@ -72,13 +72,14 @@ class Zygote:
         the interpreter's whole path, or a bare interpreter's (the standard library alone)."""
         return self.config["sys_path" if limits.get("installed_packages") else "stdlib_path"]
 
-    def set_interpreter(self, limits: dict[str, Any]) -> None:
+    def interpreter(self, limits: dict[str, Any]) -> tuple[str, str, str]:
         """``sys.executable``, ``sys.prefix`` and ``sys.exec_prefix`` of a sample and its test:
         this interpreter's (its virtual environment's) where installed packages are allowed,
         else the base interpreter's, whose children a program starts with ``sys.executable``
         as a bare Python's would."""
         key = "installed" if limits.get("installed_packages") else "bare"
-        sys.executable, sys.prefix, sys.exec_prefix = self.config["interpreter"][key]
+        executable, prefix, exec_prefix = self.config["interpreter"][key]
+        return executable, prefix, exec_prefix
 
     def restore_stdio(self) -> None:
         """After a fork: our own 1 and 2 again, and no copy of the sample's channel."""
