@@ -13,8 +13,14 @@ from pathlib import Path
 
 import pytest
 
-from evalsweep.execution import ExecutionRequest, ExecutionService, Limits, SandboxReport
-from evalsweep.execution._rootfs import interpreter_dirs, root_spec
+from evalsweep.execution import (
+    ExecutionRequest,
+    ExecutionService,
+    FunctionTest,
+    Limits,
+    SandboxReport,
+)
+from evalsweep.execution._rootfs import RESIDENT_ROOT, interpreter_dirs, root_spec
 
 EXPECTED_LAYERS = {
     "user namespace",
@@ -24,6 +30,7 @@ EXPECTED_LAYERS = {
     "ipc namespace",
     "uts namespace",
     "read-only root",
+    "resident split root",
     "unprivileged identity",
     "scratch tmpfs",
     "process-tree kill",
@@ -89,11 +96,67 @@ def test_a_sample_sees_the_sandbox_from_inside(service: ExecutionService) -> Non
     # Only the system directories and the way to the interpreter exist.
     spec = root_spec()
     paths = [bind["target"] for bind in spec["binds"]] + list(spec["symlinks"]) + spec["dirs"]
-    assert set(facts["root"]) == {path.split("/")[1] for path in paths} | {"proc", "etc"}
+    expected = {path.split("/")[1] for path in paths} | {"proc", "etc", RESIDENT_ROOT[1:]}
+    assert set(facts["root"]) == expected
     home_like = {"home", "work", "root", "run", "sys", "var", "mnt", "opt", "srv"}
     assert home_like & set(facts["root"]) <= {path.split("/")[1] for path in interpreter_dirs()}
     assert "/tmp" in facts["mounts"] and facts["cwd"] == "/tmp"
     assert "EVALSWEEP_SECRET_FOR_TEST" not in facts["env"]
+
+
+# What a split run sees of the file systems: printed from inside the function the test calls.
+SPLIT_VIEW = """
+import json, os, subprocess, sys, sqlite3, ssl, lzma, zoneinfo
+
+def f():
+    kinds = sorted({line.split(" - ")[1].split()[0] for line in open("/proc/self/mountinfo")})
+    child = subprocess.run([sys.executable, "-c", "import decimal; print(7)"],
+                           capture_output=True, text=True).stdout.strip()
+    print(json.dumps({"kinds": kinds, "child": child, "stdlib": os.path.isfile(os.__file__),
+                      "zone": str(zoneinfo.ZoneInfo("Europe/Paris"))}))
+    return 1
+"""
+RETURNS_ONE = "def check(candidate):\n    assert candidate() == 1\n"
+# File systems whose pages are in memory, always: no run can add or evict one.
+IN_MEMORY = {"tmpfs", "proc", "devtmpfs"}
+
+
+@pytest.mark.parametrize("installed", [False, True])
+def test_a_split_run_sees_only_files_in_memory(service: ExecutionService, installed: bool) -> None:
+    """A split run's root holds no file of a disk, so the page cache says nothing to it; the
+    bare interpreter is all there (its standard library, extension modules and their
+    libraries, and it starts itself). With installed packages, the split run sees the disk."""
+    limits = Limits(installed_packages=installed)
+    result = service.run(
+        ExecutionRequest(SPLIT_VIEW, test=FunctionTest(RETURNS_ONE, "f"), limits=limits)
+    )
+    assert result.verdict.passed, result.verdict
+    seen = json.loads(result.stdout)
+    assert seen["child"] == "7" and seen["stdlib"] and seen["zone"] == "Europe/Paris"
+    if installed:
+        assert not set(seen["kinds"]) <= IN_MEMORY, seen
+    else:
+        assert set(seen["kinds"]) <= IN_MEMORY, seen
+    # A program run alone (not a split run) sees the system as a plain process does.
+    alone = service.run(ExecutionRequest(SPLIT_VIEW + "f()\n"))
+    assert not set(json.loads(alone.stdout)["kinds"]) <= IN_MEMORY
+
+
+def test_a_program_that_needs_a_file_outside_the_split_root_is_unsupported(
+    service: ExecutionService,
+) -> None:
+    """What one process can run but a split run cannot see is never a pass and never a
+    failure: the judge cannot confirm the pass, and says so."""
+    programs = [
+        "import subprocess\n\ndef f():\n    subprocess.run(['true'], check=True)\n    return 1\n",
+        "def f():\n    open('/usr/bin/env', 'rb').read(1)\n    return 1\n",
+    ]
+    results = service.run_many(
+        [ExecutionRequest(program, test=FunctionTest(RETURNS_ONE, "f")) for program in programs]
+    )
+    for result in results:
+        assert result.verdict.status == "unsupported", result.verdict
+        assert "not confirmed" in result.verdict.reason
 
 
 def test_the_callers_environment_never_reaches_a_sample(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -300,7 +300,9 @@ CASES: tuple[Case, ...] = (
     Case("grandchild_outlives_parent", GRANDCHILD, "passed", max_wall=0.9),
     Case(
         "background_process_for_next_sample",
-        "import subprocess\nsubprocess.Popen(['sleep', '100'], start_new_session=True)\n" + CORRECT,
+        "import subprocess, sys\n"
+        "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(100)'],"
+        " start_new_session=True)\n" + CORRECT,
         "passed",
     ),
     Case(

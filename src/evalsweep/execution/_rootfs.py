@@ -14,8 +14,10 @@ project's files; the interpreter's ``site`` step is skipped, so ``.pth`` hooks
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import shutil
+import subprocess
 import sys
 import sysconfig
 from collections.abc import Iterable
@@ -166,6 +168,132 @@ def root_spec(extra_read_only: Iterable[str] = ()) -> dict[str, Any]:
         if os.path.exists(device):
             binds.append({"source": device, "target": device, "read_only": False})
     return {"binds": binds, "symlinks": symlinks, "files": dict(_FILES), "dirs": ["/tmp", "/dev"]}
+
+
+# Where each worker keeps its resident root (see :func:`resident_root_spec`), inside its root.
+RESIDENT_ROOT = "/.resident"
+# Parts of the standard library no judged program imports, left out of the resident root
+# (they weigh 180 MB here): the regression test suite, IDLE, the turtle demos, ensurepip's
+# wheels, the static library and build files, and the site-packages directory.
+_RESIDENT_SKIPPED = ("test", "idlelib", "turtledemo", "ensurepip", "site-packages")
+_RESIDENT_SKIPPED_PREFIXES = ("config-",)
+# Data files of the system a standard-library module reads: time zones and the C.UTF-8 locale.
+_RESIDENT_DATA = ("/usr/share/zoneinfo", "/usr/lib/locale/C.utf8", "/usr/lib/locale/C.UTF-8")
+
+
+class _Tree:
+    """Paths to copy, with every symbolic link met on the way kept as a link."""
+
+    def __init__(self) -> None:
+        self.files: list[str] = []
+        self.dirs: list[str] = []
+        self.symlinks: dict[str, str] = {}
+        self.bytes = 0
+        self._seen: set[str] = set()
+
+    def add(self, path: str, depth: int = 0) -> None:
+        """``path`` as a program names it: each link in it (any component) and what it names."""
+        path = os.path.normpath(os.path.abspath(path))
+        if path in self._seen or depth > 40:
+            return
+        self._seen.add(path)
+        parts = path.split("/")[1:]
+        for end in range(1, len(parts) + 1):
+            prefix = "/" + "/".join(parts[:end])
+            if os.path.islink(prefix):
+                target = os.readlink(prefix)
+                self.symlinks[prefix] = target
+                resolved = os.path.join(os.path.dirname(prefix), target)
+                self.add(os.path.join(resolved, *parts[end:]), depth + 1)
+                return
+        if os.path.isdir(path):
+            self.dirs.append(path)
+        elif os.path.isfile(path):
+            self.files.append(path)
+            self.bytes += os.path.getsize(path)
+
+    def add_tree(self, top: str, skipped: tuple[str, ...] = (), prefixes: tuple[str, ...] = ()):
+        self.add(top)
+        real = os.path.realpath(top)
+        tag = f".{sys.implementation.cache_tag}.pyc"
+        for directory, subdirs, names in os.walk(real):
+            if directory == real:
+                subdirs[:] = [
+                    d for d in subdirs if d not in skipped and not d.startswith(prefixes)
+                ]
+            for name in subdirs:
+                self.add(os.path.join(directory, name))
+            in_cache = os.path.basename(directory) == "__pycache__"
+            for name in names:
+                if in_cache and not name.endswith(tag):
+                    continue  # optimised (-O, -OO) and other interpreters' byte code
+                self.add(os.path.join(directory, name))
+
+
+def _shared_libraries(paths: list[str]) -> list[str]:
+    """The shared libraries ``paths`` load (the dynamic loader's own answer, by ``ldd``)."""
+    found: list[str] = []
+    ldd = shutil.which("ldd", path="/usr/bin:/bin")
+    if ldd is None:
+        raise OSError(2, "ldd not found (Debian: libc-bin)")
+    output = subprocess.run(
+        [ldd, *paths], capture_output=True, text=True, check=False, timeout=120
+    ).stdout
+    for line in output.splitlines():
+        line = line.strip()
+        if "=>" in line:
+            target = line.split("=>", 1)[1].split()
+            if target and target[0].startswith("/"):
+                found.append(target[0])
+        elif line.startswith("/") and "(0x" in line:
+            found.append(line.split()[0])
+    return sorted(set(found))
+
+
+@functools.lru_cache(maxsize=1)
+def resident_root_spec() -> dict[str, Any] | str:
+    """What a split run's root holds (or why there is none): copies, made in memory.
+
+    A judged sample's split run never holds the test, so it must learn nothing a
+    plain run left behind; the page cache of the disk is such a place (which
+    pages of which files are in memory). A split run therefore sees no file on a
+    disk: its root is a tmpfs holding a copy of the bare interpreter (the
+    executable, its standard library with byte code, the shared libraries those
+    load), time zones and the C.UTF-8 locale, at the paths they have outside.
+    Memory-resident pages can be neither added nor evicted, so their state says
+    nothing. Computed once per process.
+    """
+    tree = _Tree()
+    identity = interpreter_identity()["bare"]
+    tree.add(identity[0])
+    path = standard_library_path(sys_path())
+    for entry in path:
+        tree.add_tree(entry, _RESIDENT_SKIPPED, _RESIDENT_SKIPPED_PREFIXES)
+    for data in _RESIDENT_DATA:
+        if os.path.exists(data):
+            tree.add_tree(data)
+    binaries = [
+        file for file in tree.files if file.endswith(".so") or os.access(file, os.X_OK)
+    ]
+    try:
+        for library in _shared_libraries(binaries):
+            tree.add(library)
+    except (OSError, subprocess.SubprocessError) as error:
+        return f"the shared libraries of the interpreter are unknown: {error}"
+    for name in ("/etc/ld.so.cache", "/etc/localtime", *_TOP_LEVEL):
+        if os.path.islink(name) or os.path.isfile(name):
+            tree.add(name)
+    import glob  # the dynamic loader, by the name executables give it (PT_INTERP)
+
+    for loader in glob.glob("/lib*/ld-linux*.so*"):
+        tree.add(loader)
+    return {
+        "files": tree.files,
+        "dirs": tree.dirs,
+        "symlinks": tree.symlinks,
+        "bytes": tree.bytes,
+        "path": RESIDENT_ROOT,
+    }
 
 
 def interpreter_for(language: str) -> list[str] | None:

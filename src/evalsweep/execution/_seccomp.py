@@ -96,7 +96,7 @@ _cache: SeccompFilter | None = None
 _lock = threading.Lock()
 # The zygote mounts each sample's scratch tmpfs, so it runs under the main
 # filter without these; each sample adds a second, tiny filter denying them.
-SAMPLE_ONLY = ("mount", "umount2")
+SAMPLE_ONLY = ("mount", "umount2", "chroot")  # chroot: into the resident root of a split run
 
 
 def build_filter() -> SeccompFilter:

@@ -321,7 +321,7 @@ class ExecutionService:
         sys_path = _rootfs.sys_path()
         config = {
             "unsafe": self.unsafe,
-            "root": _rootfs.root_spec(self._extra),
+            "root": {**_rootfs.root_spec(self._extra), "resident": _rootfs.resident_root_spec()},
             "env": dict(_rootfs.SANDBOX_ENV),
             "sys_path": sys_path,
             "stdlib_path": _rootfs.standard_library_path(sys_path),

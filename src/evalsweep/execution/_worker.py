@@ -233,7 +233,12 @@ class Worker:
     def start(self) -> None:
         limits = self.settings.limits
         if not self._cgroups:
-            sample_group = self._cgroup("sample", limits.memory_mb + 128, limits.max_processes + 3)
+            # The resident root's pages are charged to the sample zygote's cgroup.
+            resident = self.settings.config["root"].get("resident")
+            extra = int(resident["bytes"]) >> 20 if isinstance(resident, dict) else 0
+            sample_group = self._cgroup(
+                "sample", limits.memory_mb + 128 + extra, limits.max_processes + 3
+            )
             judge_group = self._cgroup("judge", limits.memory_mb + 128, 12)
         else:
             sample_group, judge_group = (self._cgroups + [None, None])[:2]
@@ -453,6 +458,9 @@ class Worker:
             },
             len(program),
             len(request.stdin),
+            # A split run sees only files in memory (jail.build_resident_root), unless it
+            # may import installed packages, which are not copied there.
+            resident=request.test is not None and not limits.installed_packages,
         )
         if request.test is None:
             self.sample_box.send_body(message, raw=program + request.stdin)

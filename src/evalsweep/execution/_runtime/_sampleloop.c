@@ -72,8 +72,8 @@
 #error "build through setup.py: the exit statuses come from exit_codes.py"
 #endif
 
-/* control.RUN: "<4sQdQQQQIII"; serve() checks the size against Python's. */
-#define RUN_SIZE 64
+/* control.RUN: "<4sQdQQQQIIII"; serve() checks the size against Python's. */
+#define RUN_SIZE 68
 /* control.RESULT: "<4sQBBBBBxxxiddqQQII"; likewise. */
 #define RESULT_SIZE 72
 
@@ -608,13 +608,22 @@ static PyObject *os_error(const char *what) {
 /* In the child: never returns. */
 static void become_sample(PyObject *child, const Confinement *plan, const unsigned char *message,
                           size_t message_size, const unsigned char *program, size_t program_size,
-                          size_t stdin_size, int has_channel) {
+                          size_t stdin_size, int has_channel, const char *new_root) {
     PyOS_AfterFork_Child();
     setsid();
     /* None of the zygote's own descriptors stays open in the sample. */
     if (syscall(SYS_close_range, has_channel ? 4 : 3, ~0U, 0) != 0) {
         for (int fd = has_channel ? 4 : 3; fd < 1024; fd++)
             close(fd);
+    }
+    /* A split run's root: the files in memory only (jail.build_resident_root). */
+    if (new_root != NULL && (chroot(new_root) != 0 || chdir("/tmp") != 0)) {
+        char text[160];
+        int size = snprintf(text, sizeof text, EVALSWEEP_SETUP_FAILED_LINE ": entering %s: %s\n",
+                            new_root, strerror(errno));
+        if (write(2, text, (size_t)size) < 0) {
+        }
+        _exit(EVALSWEEP_SETUP_FAILED);
     }
     /* Confined here, before the first line of Python runs in this process:
      * done from Python, the same calls cost the child some thirty copied pages. */
@@ -641,15 +650,23 @@ static void become_sample(PyObject *child, const Confinement *plan, const unsign
 
 static PyObject *serve(PyObject *module, PyObject *args) {
     int ctl, devnull, log_fd, pid_counter;
-    const char *pid_after;
-    Py_ssize_t pid_after_size;
+    const char *pid_after, *resident_root;
+    Py_ssize_t pid_after_size, resident_size;
     Py_ssize_t run_size, result_size;
     PyObject *prepare, *child;
-    if (!PyArg_ParseTuple(args, "iiiOO(nndddddd)iy#", &ctl, &devnull, &log_fd, &prepare, &child,
-                          &run_size, &result_size, &wall_factor, &stop_grace, &stop_watch_after,
-                          &reap_budget, &judge_wait_factor, &judge_wait_grace, &pid_counter,
-                          &pid_after, &pid_after_size))
+    if (!PyArg_ParseTuple(args, "iiiOO(nndddddd)iy#y#", &ctl, &devnull, &log_fd, &prepare,
+                          &child, &run_size, &result_size, &wall_factor, &stop_grace,
+                          &stop_watch_after, &reap_budget, &judge_wait_factor, &judge_wait_grace,
+                          &pid_counter, &pid_after, &pid_after_size, &resident_root,
+                          &resident_size))
         return NULL;
+    /* A split run's scratch space is the /tmp of the resident root it runs in. */
+    char resident_tmp[256];
+    if (resident_size <= 0 || (size_t)resident_size + 5 > sizeof resident_tmp ||
+        strlen(resident_root) != (size_t)resident_size)
+        resident_size = 0;
+    else
+        snprintf(resident_tmp, sizeof resident_tmp, "%s/tmp", resident_root);
     if (run_size != RUN_SIZE || result_size != RESULT_SIZE) {
         PyErr_SetString(PyExc_RuntimeError, "the C sample loop was built for another protocol");
         return NULL;
@@ -686,6 +703,8 @@ static PyObject *serve(PyObject *module, PyObject *args) {
         uint32_t program_size = get_u32(body.data + 52);
         uint32_t stdin_size = get_u32(body.data + 56);
         uint32_t prep_size = get_u32(body.data + 60);
+        int in_resident = resident_size > 0 && get_u32(body.data + 64) != 0;
+        const char *scratch = in_resident ? resident_tmp : "/tmp";
         if ((uint64_t)RUN_SIZE + prep_size > body_size) {
             PyErr_SetString(PyExc_ValueError, "sample loop: malformed request");
             return NULL;
@@ -720,10 +739,10 @@ static PyObject *serve(PyObject *module, PyObject *args) {
         char options[128];
         snprintf(options, sizeof options, "size=%llu,nr_inodes=%llu,mode=1777",
                  (unsigned long long)scratch_bytes, (unsigned long long)scratch_inodes);
-        if (mount("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, options) != 0)
+        if (mount("tmpfs", scratch, "tmpfs", MS_NOSUID | MS_NODEV, options) != 0)
             return os_error("mounting the scratch space");
         /* Forked from inside the scratch space, the child starts there. */
-        if (chdir("/tmp") != 0)
+        if (chdir(scratch) != 0)
             return os_error("entering the scratch space");
         int out[2], err[2];
         if (pipe2(out, O_CLOEXEC) != 0 || pipe2(err, O_CLOEXEC) != 0)
@@ -751,7 +770,7 @@ static PyObject *serve(PyObject *module, PyObject *args) {
         pid_t pid = fork();
         if (pid == 0)
             become_sample(child, &plan, message, message_size, raw.data, program_size, stdin_size,
-                          rpc >= 0);
+                          rpc >= 0, in_resident ? resident_root : NULL);
         PyOS_AfterFork_Parent();
         int saved = errno;
         dup2(devnull, 1);
@@ -784,7 +803,7 @@ static PyObject *serve(PyObject *module, PyObject *args) {
             close(judge_done);
         if (chdir("/") != 0) {
         }
-        umount2("/tmp", MNT_DETACH);
+        umount2(scratch, MNT_DETACH);
         int failed = send_result(ctl, &reply, id, &seen, clean, captures);
         memset(chunk, 0, chunk_dirty);
         chunk_dirty = 0;

@@ -29,8 +29,9 @@ _HEADER = struct.Struct(">II")
 _MAX_FDS = 16
 # A sample request: magic b"RUN1", request id, timeout (s), output limit,
 # output bytes kept per stream, scratch bytes, scratch inodes, program size,
-# stdin size, size of the marshal'd limits that follow.
-RUN = struct.Struct("<4sQdQQQQIII")
+# stdin size, size of the marshal'd limits that follow, and whether the run is
+# a split run in the worker's resident root (1) or not (0).
+RUN = struct.Struct("<4sQdQQQQIIII")
 # A sample's facts: magic b"RES1", request id, exited by itself, timed out,
 # stopped, output limit, unclean (one byte each), wait status (-1: none),
 # wall and CPU seconds, max RSS (KiB), stdout and stderr byte counts, then the
@@ -89,6 +90,7 @@ def run_request(
     message: dict[str, Any],
     program_size: int,
     stdin_size: int,
+    resident: bool = False,
 ) -> bytes:
     """The body of a sample request (the parent's side); see :data:`RUN`.
 
@@ -108,6 +110,7 @@ def run_request(
             program_size,
             stdin_size,
             len(prep),
+            int(resident),
         )
         + prep
         + marshal.dumps(message)

@@ -125,12 +125,65 @@ def mount_proc(target: str) -> None:
     linux.mount("proc", target, "proc", flags, PROC_OPTIONS)
 
 
-def build_root(spec: dict[str, Any]) -> None:
+def build_resident_root(root: str, spec: dict[str, Any], resident: dict[str, Any]) -> None:
+    """The split runs' root at ``root + resident["path"]``: a tmpfs holding copies.
+
+    ``resident`` (``_rootfs.resident_root_spec``) lists the files, directories
+    and links to copy, at the paths they have outside; the device binds, links
+    and generated files of ``spec`` are added, as in the main root. The tmpfs
+    is then made read-only. Nothing in it is on a disk, so its pages are always
+    in memory: no run can tell which of them another run read.
+    """
+    import shutil
+
+    top = root + resident["path"]
+    os.makedirs(top)
+    size = int(resident["bytes"]) + (16 << 20)
+    inodes = len(resident["files"]) + len(resident["dirs"]) + len(resident["symlinks"]) + 4096
+    options = f"size={size},nr_inodes={inodes},mode=0755"
+    linux.mount("tmpfs", top, "tmpfs", linux.MS_NOSUID | linux.MS_NODEV, options)
+    for path in resident["dirs"]:
+        os.makedirs(top + path, exist_ok=True)
+        os.chmod(top + path, os.stat(path).st_mode & 0o7777)
+    for path, target in resident["symlinks"].items():
+        os.makedirs(os.path.dirname(top + path), exist_ok=True)
+        os.symlink(target, top + path)
+    for path in resident["files"]:
+        os.makedirs(os.path.dirname(top + path), exist_ok=True)
+        shutil.copyfile(path, top + path)
+        facts = os.stat(path)
+        os.chmod(top + path, facts.st_mode & 0o7777)
+        # Byte code is checked against its source's modification time.
+        os.utime(top + path, ns=(facts.st_atime_ns, facts.st_mtime_ns))
+    for bind in spec["binds"]:
+        if bind["source"].startswith("/dev/"):
+            _bind(bind["source"], top + bind["target"], read_only=bind["read_only"])
+    for path, target in spec["symlinks"].items():
+        if path.startswith("/dev/"):
+            os.makedirs(os.path.dirname(top + path), exist_ok=True)
+            os.symlink(target, top + path)
+    for path, text in spec["files"].items():
+        if not os.path.lexists(top + path):
+            os.makedirs(os.path.dirname(top + path), exist_ok=True)
+            with open(top + path, "w") as handle:
+                handle.write(text)
+    for path in spec["dirs"]:
+        os.makedirs(top + path, exist_ok=True)
+    os.chmod(top + "/tmp", 0o1777)
+    os.makedirs(top + "/proc", exist_ok=True)
+    mount_proc(top + "/proc")
+    flags = linux.MS_REMOUNT | linux.MS_RDONLY | linux.MS_NOSUID | linux.MS_NODEV
+    linux.mount(None, top, None, flags, None)
+
+
+def build_root(spec: dict[str, Any], resident: bool = False) -> str | None:
     """Build the sandbox root described by ``spec`` and pivot into it.
 
     ``spec`` (computed by the parent) lists read-only binds, device binds,
     symlinks and small generated files. Must run inside the new mount and pid
-    namespaces, as the process that will be the namespace's init.
+    namespaces, as the process that will be the namespace's init. With
+    ``resident``, the split runs' root is built too (:func:`build_resident_root`);
+    returns why it could not be, or None.
     """
     linux.mount(None, "/", None, linux.MS_REC | linux.MS_PRIVATE, None)
     root = _staging_dir(spec)
@@ -151,6 +204,17 @@ def build_root(spec: dict[str, Any]) -> None:
     # A proc instance of *this* pid namespace: the sample sees only its own
     # worker's processes.
     mount_proc(root + "/proc")
+    missing: str | None = None
+    plan = spec.get("resident")
+    if resident and isinstance(plan, dict):
+        try:
+            build_resident_root(root, spec, plan)
+        except OSError as error:
+            missing = f"the resident root could not be built: {error}"
+            with contextlib.suppress(OSError):
+                linux.umount(root + plan["path"], linux.MNT_DETACH)
+    elif resident:
+        missing = str(plan)
     os.makedirs(root + "/.old-root")
     linux.pivot_root(root, root + "/.old-root")
     os.chdir("/")
@@ -158,6 +222,7 @@ def build_root(spec: dict[str, Any]) -> None:
     os.rmdir("/.old-root")
     flags = linux.MS_REMOUNT | linux.MS_BIND | linux.MS_RDONLY | linux.MS_NOSUID | linux.MS_NODEV
     linux.mount(None, "/", None, flags, None)
+    return missing
 
 
 SAMPLE_ID = 1  # the uid and gid samples run as, inside a two-id user namespace
@@ -187,7 +252,7 @@ def drop_to_user_namespace(uid: int, gid: int, ask_for_map: Callable[[], bool]) 
     return False
 
 
-def nest_pid_namespace() -> None:
+def nest_pid_namespace(resident_root: str | None = None) -> None:
     """Become init of a pid namespace owned by our own user namespace, with its own /proc.
 
     After :func:`drop_to_user_namespace` the worker's pid namespace (made by host
@@ -214,6 +279,8 @@ def nest_pid_namespace() -> None:
         except BaseException:
             os._exit(1)
     mount_proc("/proc")
+    if resident_root is not None:
+        mount_proc(resident_root + "/proc")
 
 
 PID_AFTER = 1  # every run of a worker is forked as pid PID_AFTER + 1 of its namespace
@@ -258,12 +325,12 @@ def write_two_id_maps(proc: int, pid: int, uid: int, gid: int) -> None:
             os.close(fd)
 
 
-def mount_scratch(size_bytes: int, inodes: int) -> None:
-    """A fresh, empty tmpfs on /tmp: the only writable place a sample gets."""
+def mount_scratch(size_bytes: int, inodes: int, root: str = "") -> None:
+    """A fresh, empty tmpfs on /tmp of ``root``: the only writable place a sample gets."""
     data = f"size={size_bytes},nr_inodes={inodes},mode=1777"
-    linux.mount("tmpfs", "/tmp", "tmpfs", linux.MS_NOSUID | linux.MS_NODEV, data)
+    linux.mount("tmpfs", root + "/tmp", "tmpfs", linux.MS_NOSUID | linux.MS_NODEV, data)
 
 
-def unmount_scratch() -> None:
+def unmount_scratch(root: str = "") -> None:
     with contextlib.suppress(OSError):
-        linux.umount("/tmp", linux.MNT_DETACH)
+        linux.umount(root + "/tmp", linux.MNT_DETACH)

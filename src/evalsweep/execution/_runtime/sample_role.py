@@ -89,6 +89,7 @@ class SampleRole:
                 ),
                 -1 if z.pid_counter is None else z.pid_counter,
                 jail.PID_AFTER_TEXT,
+                (z.resident_root or "").encode(),
             )
         while True:
             body, fds = control.receive_body(z.ctl)
@@ -127,6 +128,7 @@ class SampleRole:
             program_size,
             stdin_size,
             prep_size,
+            resident,
         ) = control.RUN.unpack_from(body)
         prep = body[control.RUN.size : control.RUN.size + prep_size]
         message = bytes(body[control.RUN.size + prep_size :])
@@ -135,7 +137,9 @@ class SampleRole:
         size = program_size + stdin_size
         control.receive_into(self._zygote.ctl, self._buffer, size)
         rpc_fd = fds[0] if fds else None
-        scratch = self._scratch_now = self._new_scratch(scratch_bytes, scratch_inodes)
+        new_root = self._zygote.resident_root if resident else None
+        scratch = self._new_scratch(scratch_bytes, scratch_inodes, new_root or "")
+        self._scratch_now = "/tmp" if new_root else scratch
         # Forked from inside the scratch space, the child starts there: one
         # system call less in the child, where every new code path costs
         # page faults, and one more here, where it is warm.
@@ -172,6 +176,9 @@ class SampleRole:
                 os.setsid()
                 # None of the zygote's own descriptors stays open in the sample.
                 os.closerange(4 if rpc_fd is not None else 3, 1 << 20)
+                if new_root is not None:  # a split run: files in memory only
+                    os.chroot(new_root)
+                    os.chdir("/tmp")
                 program = bytes(self._buffer[:program_size])
                 stdin = bytes(self._buffer[program_size:size])
                 del self._buffer[:]
@@ -192,7 +199,7 @@ class SampleRole:
             os.close(fd)
         if judge_done is not None:
             os.close(judge_done)
-        self._drop_scratch()
+        self._drop_scratch(new_root or "")
         out, err = seen.streams["stdout"], seen.streams["stderr"]
         payload = control.result_payload(
             request_id,
@@ -318,10 +325,10 @@ class SampleRole:
             cwd=None,
         )
 
-    def _new_scratch(self, size_bytes: int, inodes: int) -> str:
+    def _new_scratch(self, size_bytes: int, inodes: int, root: str = "") -> str:
         if self._zygote.namespaces:
-            jail.mount_scratch(size_bytes, inodes)
-            return "/tmp"
+            jail.mount_scratch(size_bytes, inodes, root)
+            return root + "/tmp"
         import tempfile  # only without namespaces: not worth a place in every fork
 
         path = tempfile.mkdtemp(prefix="sample-", dir=self._zygote.config["scratch_parent"])
@@ -330,10 +337,10 @@ class SampleRole:
         self._scratch_dir = path
         return path
 
-    def _drop_scratch(self) -> None:
+    def _drop_scratch(self, root: str = "") -> None:
         os.chdir("/")
         if self._zygote.namespaces:
-            jail.unmount_scratch()
+            jail.unmount_scratch(root)
         elif self._scratch_dir is not None:
             import shutil
 

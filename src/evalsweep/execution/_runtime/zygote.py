@@ -57,6 +57,8 @@ class Zygote:
         self.sample_seccomp: linux.SeccompProgram | None = None
         self.two_ids = False  # samples get their own uid inside the user namespace
         self.pid_counter: int | None = None  # ns_last_pid, set before every fork
+        # Where split runs find their root of memory-resident files (jail.build_resident_root).
+        self.resident_root: str | None = None
         self._ask_for_map: Any = lambda: False
         # Descriptors 0-3 are the samples' (see SampleRole.run); this
         # process's own live above them. Between samples 0, 1 and 3 hold
@@ -173,17 +175,30 @@ class Zygote:
             "uts namespace",
         ):
             self.note(layer, True)
-        jail.build_root(self.config["root"])
+        sample_role = self.config.get("role") == "sample"
+        missing = jail.build_root(self.config["root"], resident=sample_role)
         self.note(
             "read-only root", True, "tmpfs root, read-only binds of system and interpreter dirs"
         )
+        if sample_role:
+            plan = self.config["root"].get("resident")
+            if missing is None and isinstance(plan, dict):
+                self.resident_root = plan["path"]
+                self.note(
+                    "resident split root",
+                    True,
+                    f"split runs see only files in memory ({int(plan['bytes']) >> 20} MiB "
+                    "tmpfs copy of the bare interpreter)",
+                )
+            else:
+                self.note("resident split root", False, missing or "not built")
         linux.sethostname("sandbox")
         if self.privileged and self.userns:
             uid, gid = self.config["uid"], self.config["gid"]
             self.two_ids = jail.drop_to_user_namespace(uid, gid, self._ask_for_map)
             # The worker's pid namespace is host root's: one of our own, so
             # that the pid counter can be set before every run (open_pid_counter).
-            jail.nest_pid_namespace()
+            jail.nest_pid_namespace(self.resident_root)
             detail = f"root inside is host uid {uid}"
             if self.two_ids:
                 detail += f"; samples run as uid {jail.SAMPLE_ID} inside, host uid {uid + 1}"
@@ -228,6 +243,8 @@ class Zygote:
                 sample.rehearse()
                 for _ in range(64):  # and the one system call through ctypes a sample makes
                     linux.prctl(linux.PR_GET_DUMPABLE)
+        if config.get("role") == "sample" and self.resident_root is not None:
+            _keep_mapped_files_resident()
         # Everything loaded so far is shared with every forked child. Freezing
         # it keeps the children's garbage collector from walking (and so
         # copying) those pages; this is most of what makes a fork cheap.
@@ -309,6 +326,28 @@ class Zygote:
             else:
                 os._exit(0)
             send(self.ctl, reply)
+
+
+def _keep_mapped_files_resident() -> None:
+    """Read every file this process maps once, so that all of their pages are in memory.
+
+    A split run runs this process's code, and faults in pages of the files it
+    maps (the interpreter, its libraries, extension modules). Were some of them
+    not in memory, a run could tell (by its fault count or a clock) whether an
+    earlier run had read them. Read in full here, none is missing; nothing a
+    run can do evicts them (seccomp refuses the calls that would).
+    """
+    paths: set[str] = set()
+    with contextlib.suppress(OSError), open("/proc/self/maps") as maps:
+        for line in maps:
+            fields = line.split(None, 5)
+            if len(fields) == 6 and fields[5].startswith("/"):
+                paths.add(fields[5].rstrip("\n"))
+    chunk = bytearray(1 << 20)
+    for path in sorted(paths):
+        with contextlib.suppress(OSError), open(path, "rb", buffering=0) as handle:
+            while handle.readinto(chunk):
+                pass
 
 
 def _above_stdio(fd: int) -> int:
