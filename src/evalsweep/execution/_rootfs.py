@@ -212,15 +212,15 @@ class _Tree:
             self.files.append(path)
             self.bytes += os.path.getsize(path)
 
-    def add_tree(self, top: str, skipped: tuple[str, ...] = (), prefixes: tuple[str, ...] = ()):
+    def add_tree(
+        self, top: str, skipped: tuple[str, ...] = (), prefixes: tuple[str, ...] = ()
+    ) -> None:
         self.add(top)
         real = os.path.realpath(top)
         tag = f".{sys.implementation.cache_tag}.pyc"
         for directory, subdirs, names in os.walk(real):
             if directory == real:
-                subdirs[:] = [
-                    d for d in subdirs if d not in skipped and not d.startswith(prefixes)
-                ]
+                subdirs[:] = [d for d in subdirs if d not in skipped and not d.startswith(prefixes)]
             for name in subdirs:
                 self.add(os.path.join(directory, name))
             in_cache = os.path.basename(directory) == "__pycache__"
@@ -272,9 +272,7 @@ def resident_root_spec() -> dict[str, Any] | str:
     for data in _RESIDENT_DATA:
         if os.path.exists(data):
             tree.add_tree(data)
-    binaries = [
-        file for file in tree.files if file.endswith(".so") or os.access(file, os.X_OK)
-    ]
+    binaries = [file for file in tree.files if file.endswith(".so") or os.access(file, os.X_OK)]
     try:
         for library in _shared_libraries(binaries):
             tree.add(library)
