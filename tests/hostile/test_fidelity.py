@@ -885,6 +885,38 @@ def test_a_program_recurses_exactly_as_deep_as_in_one_process() -> None:
             assert faithful == oracle[n], (n, native_loop, result.verdict)
 
 
+def test_a_thread_the_program_starts_recurses_exactly_as_deep_as_in_one_process() -> None:
+    """A new thread's depth starts at 0 in one process: whatever the plain run does about
+    its own frames below the program must not give a thread more (or fewer) frames."""
+    program = _d("""
+        import threading
+        def rec(n):
+            return 0 if n == 0 else 1 + rec(n - 1)
+        def f(n):
+            out = []
+            worker = threading.Thread(target=lambda: out.append(rec(n)))
+            worker.start()
+            worker.join()
+            return out[0] if out else None
+    """)
+
+    def request(n: int) -> ExecutionRequest:
+        test = FunctionTest(f"def check(candidate):\n    assert candidate({n}) == {n}\n", "f")
+        return ExecutionRequest(program, test=test, limits=LIMITS)
+
+    depths = range(990, 1004)
+    oracle = {n: one_process(request(n)) for n in depths}
+    assert any(oracle.values()) and not all(oracle.values())  # the boundary is in the window
+    for native_loop in (True, False):
+        with ExecutionService(workers=1, limits=LIMITS, native_loop=native_loop) as service:
+            results = service.run_many([request(n) for n in depths])
+        for n, result in zip(depths, results, strict=True):
+            if oracle[n]:
+                assert result.verdict.status in ("passed", "unsupported"), (n, result.verdict)
+            else:  # never a pass, and never "unsupported" saying one process passes
+                assert result.verdict.status in ("failed", "error"), (n, result.verdict)
+
+
 _DEPTH = _d("""
     import sys
     def depth(n=0):

@@ -12,7 +12,9 @@ namespace, whatever earlier runs spent.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import secrets
 import time
 
@@ -314,3 +316,51 @@ def test_no_run_reads_the_page_cache_without_a_clock_or_evicts_from_it() -> None
         assert seen[refused] == eperm, (refused, seen)
     for allowed in ("preadv", "fadvise WILLNEED", "madvise WILLNEED"):
         assert seen[allowed] == "allowed", (allowed, seen)
+
+
+# Touches every page of every file the split run has mapped (the interpreter, its
+# libraries, the extension modules the zygote loaded) and counts the major faults
+# (pages read from a disk) that took.
+TOUCH_MAPPED = """
+import ctypes, os, resource
+
+def f():
+    size = os.sysconf("SC_PAGE_SIZE")
+    spans = []
+    for line in open("/proc/self/maps"):
+        fields = line.split(None, 5)
+        if len(fields) < 6 or not fields[5].startswith("/") or not fields[1].startswith("r"):
+            continue
+        start, end = (int(part, 16) for part in fields[0].split("-"))
+        spans.append((start, end, int(fields[2], 16), fields[5].strip()))
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_majflt
+    touched = 0
+    for start, end, offset, path in spans:
+        try:
+            length = os.stat(path).st_size - offset
+        except OSError:
+            continue  # a file of the zygote's root: it still maps it
+        for address in range(start, min(end, start + max(length, 0)) - size + 1, size):
+            ctypes.string_at(address, 1)
+            touched += 1
+    print(resource.getrusage(resource.RUSAGE_SELF).ru_majflt - before, touched)
+    return 1
+"""
+
+
+@pytest.mark.slow  # drops the machine's page cache: run in the serial lane
+@pytest.mark.parametrize("loop", ["C", "Python"])
+def test_no_page_a_split_run_has_mapped_comes_from_a_disk(loop: str) -> None:
+    """Whether a page of a mapped file was cached is a bit an earlier run can set (by
+    reading the file) and a later run can read (by its own major-fault count). The zygote
+    reads every file it maps when it starts, so none of those pages is missing, even right
+    after the machine's page cache was emptied."""
+    os.sync()
+    with contextlib.suppress(OSError), open("/proc/sys/vm/drop_caches", "w") as handle:
+        handle.write("1")  # root on the test machines; elsewhere the check is weaker
+    test = "def check(candidate):\n    assert candidate() == 1\n"
+    with ExecutionService(workers=1, limits=LIMITS, native_loop=loop == "C") as service:
+        result = service.run(ExecutionRequest(TOUCH_MAPPED, test=FunctionTest(test, "f")))
+    assert result.verdict.passed, (result.verdict, result.stderr)
+    faults, touched = (int(part) for part in result.stdout.split())
+    assert touched > 1000 and faults == 0, (faults, touched)

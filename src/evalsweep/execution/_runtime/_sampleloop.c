@@ -816,106 +816,36 @@ static PyObject *serve(PyObject *module, PyObject *args) {
     }
 }
 
-/* ------------------------------------------------------------------ the plain run's recursion limit
+/* ------------------------------------------------------------------ the plain run's recursion depth
  *
  * The plain run execs the program a few frames above where ``python -c`` would (the
- * zygote's and the harness's frames lie below it), so it raises the recursion limit by
- * that many. A program that reads or sets the limit itself must see and get the numbers
- * of a plain interpreter, so ``sys.getrecursionlimit`` and ``sys.setrecursionlimit`` are
- * replaced by copies of the builtins (the same name, docstring, signature, ``__self__``
- * and type) that shift by the offset. */
+ * zygote's and the harness's frames lie below it). Those frames are taken off this
+ * thread's count of its depth, the count the recursion limit is checked against: the
+ * program then recurses exactly as deep as in a plain interpreter, reads and sets the
+ * limit with the real builtins and gets a plain interpreter's numbers, and every thread it
+ * starts (whose count starts at 0) is exactly as in one process. */
 
-static int recursion_offset = 0;
-static PyMethodDef shifted_get_def, shifted_set_def;
-
-static int python_depth(void) {
-    PyThreadState *tstate = PyThreadState_Get();
-#if PY_VERSION_HEX >= 0x030C0000
-    return tstate->py_recursion_limit - tstate->py_recursion_remaining;
-#else
-    return tstate->recursion_limit - tstate->recursion_remaining;
-#endif
-}
-
-static PyObject *shifted_getrecursionlimit(PyObject *self, PyObject *unused) {
-    return PyLong_FromLong((long)Py_GetRecursionLimit() - recursion_offset);
-}
-
-static PyObject *shifted_setrecursionlimit(PyObject *self, PyObject *arg) {
-    int overflow = 0;
-    long wide = PyLong_AsLongAndOverflow(arg, &overflow);
-    if (wide == -1 && PyErr_Occurred())
-        return NULL;
-    if (overflow || wide > INT_MAX || wide < INT_MIN) {
-        PyErr_SetString(PyExc_OverflowError, "Python int too large to convert to C int");
-        return NULL;
-    }
-    int limit = (int)wide;
-    if (limit < 1) {
-        PyErr_SetString(PyExc_ValueError, "recursion limit must be greater or equal than 1");
-        return NULL;
-    }
-    int depth = python_depth() - recursion_offset;
-    if (depth >= limit) {
-        PyErr_Format(PyExc_RecursionError,
-                     "cannot set the recursion limit to %i at the recursion depth %i: the limit "
-                     "is too low",
-                     limit, depth);
-        return NULL;
-    }
-    Py_SetRecursionLimit(limit > INT_MAX - recursion_offset ? INT_MAX : limit + recursion_offset);
-    Py_RETURN_NONE;
-}
-
-static int replace_builtin(PyObject *sys, const char *name, PyMethodDef *def, PyCFunction meth,
-                           int flags) {
-    PyObject *real = PyObject_GetAttrString(sys, name);
-    if (real == NULL)
-        return -1;
-    if (!PyCFunction_Check(real) || (PyCFunction_GET_FLAGS(real) & ~METH_COEXIST) != flags) {
-        Py_DECREF(real);
-        PyErr_Format(PyExc_RuntimeError, "sys.%s is not the builtin it should be", name);
-        return -1;
-    }
-    *def = *((PyCFunctionObject *)real)->m_ml;
-    def->ml_meth = meth;
-    Py_DECREF(real);
-    PyObject *module_name = PyUnicode_FromString("sys");
-    if (module_name == NULL)
-        return -1;
-    PyObject *shifted = PyCFunction_NewEx(def, sys, module_name);
-    Py_DECREF(module_name);
-    if (shifted == NULL)
-        return -1;
-    int failed = PyObject_SetAttrString(sys, name, shifted);
-    Py_DECREF(shifted);
-    return failed;
-}
-
-static PyObject *shift_recursion_limit(PyObject *module, PyObject *args) {
-    PyObject *sys;
+static PyObject *lower_depth(PyObject *module, PyObject *args) {
     int offset;
-    if (!PyArg_ParseTuple(args, "Oi", &sys, &offset))
+    if (!PyArg_ParseTuple(args, "i", &offset))
         return NULL;
     if (offset < 0) {
         PyErr_SetString(PyExc_ValueError, "the offset is a number of frames below the program");
         return NULL;
     }
-    recursion_offset = offset;
-    if (replace_builtin(sys, "getrecursionlimit", &shifted_get_def,
-                        shifted_getrecursionlimit, METH_NOARGS) ||
-        replace_builtin(sys, "setrecursionlimit", &shifted_set_def,
-                        (PyCFunction)shifted_setrecursionlimit, METH_O))
-        return NULL;
-    Py_SetRecursionLimit(Py_GetRecursionLimit() + offset);
+    PyThreadState *tstate = PyThreadState_Get();
+#if PY_VERSION_HEX >= 0x030C0000
+    tstate->py_recursion_remaining += offset;
+#else
+    tstate->recursion_remaining += offset;
+#endif
     Py_RETURN_NONE;
 }
 
 static PyMethodDef methods[] = {
-    {"shift_recursion_limit", shift_recursion_limit, METH_VARARGS,
-     "shift_recursion_limit(sys, offset): raise the recursion limit by offset frames and "
-     "replace sys.getrecursionlimit and sys.setrecursionlimit by copies that read and set "
-     "it as if those frames were not there (the plain run, see plain.py)."},
+    {"lower_depth", lower_depth, METH_VARARGS,
+     "lower_depth(offset): take offset frames off this thread's recursion depth, as the "
+     "recursion limit counts it (the plain run, see plain.py)."},
     {"serve", serve, METH_VARARGS,
      "serve(ctl_fd, devnull_fd, log_fd, prepare, child, (run_size, result_size, wall_factor, "
      "stop_grace, stop_watch_after, reap_budget, judge_wait_factor, judge_wait_grace), "

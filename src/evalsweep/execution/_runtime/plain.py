@@ -113,31 +113,31 @@ def _recursion_depth() -> int:
 _PLAIN_DEPTH = 3
 
 
-def _shift_recursion_limit(offset: int) -> None:
-    """Raise the recursion limit by ``offset`` frames, as the program sees it.
+def _lower_depth(offset: int) -> None:
+    """Take ``offset`` frames off this thread's recursion depth, as the limit counts it.
 
-    With the C module, ``sys.getrecursionlimit``/``sys.setrecursionlimit`` are
-    replaced by copies that shift by ``offset``, so a program that reads or
-    sets the limit gets a plain interpreter's numbers and depth. Without it,
-    the limit is raised once: a program that sets its own limit then has
-    ``offset`` frames fewer than in a plain interpreter.
+    With the C module the count itself is lowered: the program recurses as deep as in a
+    plain interpreter, reads and sets the limit with the real builtins and gets a plain
+    interpreter's numbers, and the threads it starts are as in one process. Without it,
+    the limit is raised instead: a program that reads the limit then sees ``offset``
+    more, and its threads may recurse ``offset`` frames deeper than in one process.
     """
     try:
         from . import _sampleloop  # type: ignore[attr-defined]
     except ImportError:
         sys.setrecursionlimit(sys.getrecursionlimit() + offset)
         return
-    _sampleloop.shift_recursion_limit(sys, offset)
+    _sampleloop.lower_depth(offset)
 
 
 def run_plain(source: str, report_fd: int, test_from_line: int) -> NoReturn:
     """Run the joined program; report ``passed`` or what it raised on ``report_fd``; exit.
 
-    The recursion limit is raised by the frames this process holds below the
-    program (the zygote's and this harness's), so a program recurses exactly
+    The frames this process holds below the program (the zygote's and this
+    harness's) are taken off the recursion depth, so a program recurses exactly
     as deep as it would in a plain interpreter.
     """
-    _shift_recursion_limit(_recursion_depth() - _PLAIN_DEPTH)
+    _lower_depth(_recursion_depth() - _PLAIN_DEPTH)
     namespace: dict[str, Any] = {}
     swallowed = WriteOnlyStringIO()
     report: dict[str, Any]
