@@ -179,7 +179,62 @@ QUADRATIC_IN_TEST = FunctionTest(
 )
 
 
+# Tests that call the candidate inside an iteration of their own: an exception that ends
+# iterations, raised out of the call, would end the test's checks as if the values had run out.
+_MAPPED = FunctionTest(
+    "def check(candidate):\n    assert all(map(lambda x: candidate(x) == x + 1, [1, 2, 3]))\n",
+    "f",
+)
+_FILTERED = FunctionTest(
+    "def check(candidate):\n"
+    "    assert not any(True for _ in filter(lambda x: candidate(x) != x + 1, [1, 2, 3]))\n"
+    "    for ok in map(lambda x: candidate(x) == x + 1, [4, 5]):\n"
+    "        assert ok\n",
+    "f",
+)
+_SENTINEL = FunctionTest(
+    "def check(candidate):\n"
+    "    for value in iter(lambda: candidate(1), None):\n"
+    "        assert value == 2\n"
+    "        break\n",
+    "f",
+)
+_STOPS = "def f(x):\n    raise StopIteration\n"
+
 RULES: tuple[Rule, ...] = (
+    # -- 0. an exception that ends iterations, raised out of a call, is never a pass ---------
+    Rule(
+        "stop_iteration_in_map",
+        _req(_STOPS, _MAPPED),
+        "unsupported",
+        "not confirmed",
+        _req(PROBE_RIGHT, _MAPPED),
+    ),
+    Rule(
+        "stop_iteration_in_filter",
+        _req(_STOPS, _FILTERED),
+        "unsupported",
+        "not confirmed",
+        _req(PROBE_RIGHT, _FILTERED),
+    ),
+    Rule(
+        "stop_iteration_in_a_callable_iterator",
+        _req(_STOPS, _SENTINEL),
+        "unsupported",
+        "not confirmed",
+        _req(PROBE_RIGHT, _SENTINEL),
+    ),
+    Rule(
+        "stop_iteration_later_in_map",
+        _req(
+            "n = []\ndef f(x):\n    n.append(x)\n    if len(n) > 1:\n"
+            "        raise StopIteration\n    return x + 1\n",
+            _MAPPED,
+        ),
+        "unsupported",
+        "not confirmed",
+        _req(PROBE_RIGHT, _MAPPED),
+    ),
     # -- 1. names the test uses are the problem's or builtins ------------------------------
     Rule(
         "mbpp_596_forged_sys_full_mbpp",

@@ -391,6 +391,7 @@ class SampleChannel(wire.Endpoint):
         self._announced: dict[str, Any] = {}  # lookups sent along with "ready"
         self.made = 0  # calls the test has made so far
         self.unsupported: list[str] = []
+        self.stopped: list[str] = []  # StopIteration raised out of calls the test made
         # The problem's names and digests, sent with the first request.
         self.watch: dict[str, str] | None = None
         # random's state once the judge seeded it, and whether the program drew from its own
@@ -696,7 +697,14 @@ class SampleChannel(wire.Endpoint):
             return message
 
         self.made += 1
-        return self._exchange(build)
+        try:
+            return self._exchange(build)
+        except (StopIteration, StopAsyncIteration) as stop:
+            # Raised out of a call, it ends whatever iteration of the test's made the call
+            # (``map``, ``filter``, ``iter(f, sentinel)``) as if the values had run out: a
+            # test that then passes has not checked what the program computed.
+            self.stopped.append(type(stop).__name__)
+            raise
 
     def lookup(self, name: str) -> Any:
         """A function or class the sample was asked to write, as a value or remote."""
@@ -861,7 +869,16 @@ def judge(spec: dict[str, Any], channel: SampleChannel, timeout: float) -> dict[
         return _unresolved(namespace.unresolved[0])
     if channel.unsupported:
         return _unsupported(channel.unsupported[0])
+    if channel.stopped:
+        return _unsupported(_STOPPED.format(channel.stopped[0]))
     return {"outcome": "passed"}
+
+
+_STOPPED = (
+    "the program raised {} out of a call the test made and the test then passed: an "
+    "iteration of the test's ends there as if its values had run out, so its checks may "
+    "not have run on anything the program computed"
+)
 
 
 def _unsupported(reason: str) -> dict[str, Any]:
