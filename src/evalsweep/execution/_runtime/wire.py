@@ -56,6 +56,7 @@ MAX_SHARED_HASH = 32
 # exception classes and proxy types (each costs far more than its bytes).
 MAX_CLASSES = 512
 _HEADER = struct.Struct(">I")
+FRAME_HEADER_BYTES = _HEADER.size  # before every frame: its length
 
 
 class ProtocolError(Exception):
