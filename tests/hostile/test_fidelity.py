@@ -1073,3 +1073,24 @@ def test_a_scalar_that_says_it_is_numpys_is_never_its_value() -> None:
         forged, honest = service.run_many([case.request(case.wrong), case.request(case.right)])
     assert forged.verdict.status != "passed", forged.verdict
     assert honest.verdict.status == "passed", honest.verdict
+
+
+@pytest.mark.parametrize(
+    "closing",
+    [
+        "os.closerange(3, 1024)",
+        "os.dup2(os.open('/dev/null', os.O_RDWR), 3)",
+        "[os.close(fd) for fd in range(3, 64) if os.path.exists(f'/proc/self/fd/{fd}')]",
+    ],
+    ids=["closerange", "dup2", "close-each"],
+)
+def test_a_program_that_closes_inherited_descriptors_is_never_an_error(closing: str) -> None:
+    """Daemonising code closes every descriptor it inherited. One process passes such a
+    program; the plain run then cannot send its outcome, and says so: never `error`."""
+    program = f"import os\n\ndef f(x):\n    {closing}\n    return x + 1\n"
+    request = dataclasses.replace(HONEST, program=program)
+    assert one_process(request)
+    with ExecutionService(workers=1, limits=LIMITS) as service:
+        results = service.run_many([HONEST, request, HONEST])
+    assert [r.verdict.status for r in results] == ["passed", "unsupported", "passed"], results
+    assert results[1].verdict.reason == "report lost"

@@ -15,7 +15,7 @@ import signal
 import socket
 from typing import Any
 
-from ._runtime.exit_codes import SETUP_FAILED, SETUP_FAILED_LINE
+from ._runtime.exit_codes import REPORT_LOST, REPORT_LOST_LINE, SETUP_FAILED, SETUP_FAILED_LINE
 from ._types import ExecutionRequest, SampleVerdict
 
 
@@ -131,6 +131,13 @@ def _decide_plain(
         if oom:
             return SampleVerdict("error", "memory limit", "cgroup memory limit reached")
         code = sample.get("exit_code")
+        if code == REPORT_LOST and REPORT_LOST_LINE in str(sample.get("stderr", "")):
+            return SampleVerdict(
+                "unsupported",
+                "report lost",
+                "the program closed or replaced the descriptor the plain run reports on "
+                "(os.closerange, dup2): its test ended, but the outcome could not be sent",
+            )
         return SampleVerdict(
             "error", "exit", f"the program exited (code {code}) before the test ended"
         )

@@ -17,5 +17,10 @@ UNCLEAN = 3
 #: the verdict trusts the exit status only together with this line.
 SETUP_FAILED_LINE = "evalsweep: sandbox setup failed"
 
+#: A plain run whose report channel the program closed or replaced (``os.closerange``): the
+#: test ended but its outcome cannot be sent; with :data:`REPORT_LOST_LINE` on standard error.
+REPORT_LOST = 122
+REPORT_LOST_LINE = "evalsweep: the plain run's report channel is gone"
+
 #: The names the C loop receives as ``EVALSWEEP_<NAME>`` macros (``setup.py``).
 C_MACROS = ("SETUP_FAILED", "UNCLEAN", "SETUP_FAILED_LINE")

