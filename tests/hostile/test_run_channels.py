@@ -12,7 +12,6 @@ namespace, whatever earlier runs spent.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import secrets
@@ -351,16 +350,20 @@ def f():
 @pytest.mark.slow  # drops the machine's page cache: run in the serial lane
 @pytest.mark.parametrize("loop", ["C", "Python"])
 def test_no_page_a_split_run_has_mapped_comes_from_a_disk(loop: str) -> None:
-    """Whether a page of a mapped file was cached is a bit an earlier run can set (by
-    reading the file) and a later run can read (by its own major-fault count). The zygote
-    reads every file it maps when it starts, so none of those pages is missing, even right
-    after the machine's page cache was emptied."""
-    os.sync()
-    with contextlib.suppress(OSError), open("/proc/sys/vm/drop_caches", "w") as handle:
-        handle.write("1")  # root on the test machines; elsewhere the check is weaker
+    """Whether a page of a mapped file is cached is a bit an earlier run can set (by reading
+    the file, after evicting pages by filling its memory) and a later run can read (by its
+    own major-fault count). Every file the zygote maps is locked in memory for the worker's
+    life, so none of those pages is ever missing, even after the page cache was emptied."""
     test = "def check(candidate):\n    assert candidate() == 1\n"
+    request = ExecutionRequest(TOUCH_MAPPED, test=FunctionTest(test, "f"))
     with ExecutionService(workers=1, limits=LIMITS, native_loop=loop == "C") as service:
-        result = service.run(ExecutionRequest(TOUCH_MAPPED, test=FunctionTest(test, "f")))
+        layers = {layer.name: layer for layer in service.report.layers}
+        assert layers["mapped files locked"].active, layers["mapped files locked"]
+        service.run(request)
+        os.sync()
+        with open("/proc/sys/vm/drop_caches", "w") as handle:  # root, as on the test machines
+            handle.write("1")
+        result = service.run(request)
     assert result.verdict.passed, (result.verdict, result.stderr)
     faults, touched = (int(part) for part in result.stdout.split())
     assert touched > 1000 and faults == 0, (faults, touched)

@@ -59,6 +59,9 @@ class Zygote:
         self.pid_counter: int | None = None  # ns_last_pid, set before every fork
         # Where split runs find their root of memory-resident files (jail.build_resident_root).
         self.resident_root: str | None = None
+        # Pipes to the bootstrap, which locks in memory the files this process maps.
+        self._lock_channel: tuple[int, int] | None = None
+        self._map_pipes: list[int] = []
         self._ask_for_map: Any = lambda: False
         # Descriptors 0-3 are the samples' (see SampleRole.run); this
         # process's own live above them. Between samples 0, 1 and 3 hold
@@ -118,22 +121,27 @@ class Zygote:
         release_read, release_write = os.pipe()
         ask_read, ask_write = os.pipe()
         answer_read, answer_write = os.pipe()
+        files_read, files_write = os.pipe()  # the files the zygote maps, to lock
+        locked_read, locked_write = os.pipe()  # what was locked
         host_proc = os.open("/proc", os.O_PATH | os.O_DIRECTORY)  # before the pivot
         pid = os.fork()
         if pid:  # the bootstrap: report the zygote's host pid, then just wait
-            for fd in (release_read, ask_write, answer_read):
+            for fd in (release_read, ask_write, answer_read, files_write, locked_read):
                 os.close(fd)
             send(self.ctl, {"t": "spawned", "pid": pid})
             self.ctl.close()
             os.close(release_write)
             self._serve_map_request(host_proc, pid, ask_read, answer_write)
+            _serve_lock_request(files_read, locked_write)
             _, status = os.waitpid(pid, 0)
             os._exit(os.waitstatus_to_exitcode(status) & 0xFF)
-        for fd in (release_write, ask_read, answer_write, host_proc):
+        for fd in (release_write, ask_read, answer_write, host_proc, files_read, locked_write):
             os.close(fd)
+        self._lock_channel = (files_write, locked_read)
         os.read(release_read, 1)  # until the bootstrap has spoken
         os.close(release_read)
         self._ask_for_map = lambda: _ask(ask_write, answer_read)
+        self._map_pipes = [ask_write, answer_read]  # closed by _ask, or before the lock request
         self._isolate()
 
     def _serve_map_request(self, host_proc: int, pid: int, ask: int, answer: int) -> None:
@@ -243,8 +251,7 @@ class Zygote:
                 sample.rehearse()
                 for _ in range(64):  # and the one system call through ctypes a sample makes
                     linux.prctl(linux.PR_GET_DUMPABLE)
-        if config.get("role") == "sample" and self.resident_root is not None:
-            _keep_mapped_files_resident()
+        self._lock_mapped_files()
         # Everything loaded so far is shared with every forked child. Freezing
         # it keeps the children's garbage collector from walking (and so
         # copying) those pages; this is most of what makes a fork cheap.
@@ -300,6 +307,37 @@ class Zygote:
             },
         )
 
+    def _lock_mapped_files(self) -> None:
+        """Have the bootstrap lock in memory every file this process maps (see
+        :func:`_serve_lock_request`); note what it did. Done once, before any sample."""
+        channel, self._lock_channel = self._lock_channel, None
+        if channel is None:
+            return
+        files_write, locked_read = channel
+        # The bootstrap serves the map request first: where it was never asked, the end of
+        # its pipe says so.
+        for fd in self._map_pipes:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        wanted = self.config.get("role") == "sample" and self.resident_root is not None
+        try:
+            if wanted:
+                payload = "\n".join(sorted(_mapped_files())).encode()
+                view = memoryview(payload)
+                while view:
+                    view = view[os.write(files_write, view) :]
+            os.close(files_write)
+            answer = b""
+            while chunk := os.read(locked_read, 4096):
+                answer += chunk
+        finally:
+            with contextlib.suppress(OSError):
+                os.close(files_write)
+            os.close(locked_read)
+        if wanted:
+            text = answer.decode("utf-8", "replace")
+            self.note("mapped files locked", text.startswith("locked"), text)
+
     def _identity(self) -> str:
         if self.config["unsafe"]:
             return "unsafe mode"
@@ -328,26 +366,65 @@ class Zygote:
             send(self.ctl, reply)
 
 
-def _keep_mapped_files_resident() -> None:
-    """Read every file this process maps once, so that all of their pages are in memory.
-
-    A split run runs this process's code, and faults in pages of the files it
-    maps (the interpreter, its libraries, extension modules). Were some of them
-    not in memory, a run could tell (by its fault count or a clock) whether an
-    earlier run had read them. Read in full here, none is missing; nothing a
-    run can do evicts them (seccomp refuses the calls that would).
-    """
+def _mapped_files() -> set[str]:
+    """The files this process maps (the interpreter, its libraries, extension modules)."""
     paths: set[str] = set()
     with contextlib.suppress(OSError), open("/proc/self/maps") as maps:
         for line in maps:
             fields = line.split(None, 5)
             if len(fields) == 6 and fields[5].startswith("/"):
                 paths.add(fields[5].rstrip("\n"))
-    chunk = bytearray(1 << 20)
-    for path in sorted(paths):
-        with contextlib.suppress(OSError), open(path, "rb", buffering=0) as handle:
-            while handle.readinto(chunk):
-                pass
+    return paths
+
+
+def _serve_lock_request(files: int, locked: int) -> None:
+    """Bootstrap side: lock in memory every page of the files the zygote maps.
+
+    A split run runs the zygote's code and faults in pages of the files it maps.
+    Were one of them not in memory, a run could tell (by its major-fault count or a
+    clock) whether an earlier run had read it, and pressure on memory (a run
+    filling its cgroup) can evict any page merely cached. The bootstrap, still
+    host root with ``CAP_IPC_LOCK``, maps each file and locks it (``mlock``) for
+    the worker's life: every page is in memory and stays there. The zygote (in
+    its user namespace) could not lock more than ``RLIMIT_MEMLOCK``.
+    """
+    import ctypes
+    import mmap
+
+    data = b""
+    with contextlib.suppress(OSError):
+        while chunk := os.read(files, 1 << 16):
+            data += chunk
+    os.close(files)
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.mmap.restype = ctypes.c_void_p
+    libc.mmap.argtypes = [
+        ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long,
+    ]  # fmt: skip
+    libc.mlock.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+    total, failed = 0, ""
+    for path in filter(None, data.decode("utf-8", "surrogateescape").split("\n")):
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        except OSError:
+            continue  # not a file of this tree (the zygote's own root): nothing to lock
+        try:
+            size = os.fstat(fd).st_size
+            if size == 0:
+                continue
+            address = libc.mmap(None, size, mmap.PROT_READ, mmap.MAP_SHARED, fd, 0)
+            if address in (None, ctypes.c_void_p(-1).value) or libc.mlock(address, size) != 0:
+                failed = f"{path}: {os.strerror(ctypes.get_errno())}"
+                break
+            total += size
+        finally:
+            os.close(fd)
+    answer = (
+        f"not locked in memory: {failed}" if failed else f"locked {total >> 20} MiB of mapped files"
+    )
+    with contextlib.suppress(OSError):
+        os.write(locked, answer.encode())
+    os.close(locked)
 
 
 def _above_stdio(fd: int) -> int:
@@ -361,9 +438,7 @@ def _ask(ask: int, answer: int) -> bool:
     """Zygote side: ask the bootstrap for the two-id map; True if it wrote it."""
     os.write(ask, b"m")
     granted = os.read(answer, 1) == b"y"
-    os.close(ask)
-    os.close(answer)
-    return granted
+    return granted  # both pipes are closed before the lock request (_lock_mapped_files)
 
 
 def main() -> NoReturn:
