@@ -12,6 +12,7 @@ memory and pids controllers can be enabled; otherwise the v1 ``memory`` and
 from __future__ import annotations
 
 import contextlib
+import errno
 import itertools
 import os
 import re
@@ -174,9 +175,27 @@ class WorkerCgroup:
             os.close(self._oom_fd)
             self._oom_fd = None
         for path in set(self._dirs.values()):
-            with contextlib.suppress(OSError):
-                os.rmdir(path)
+            _remove(path)
         self._dirs.clear()
+
+
+def _remove(path: str, patience: float = 5.0) -> None:
+    """Remove a cgroup once its last process has gone (a sandbox's bootstrap exits only
+    after its zygote, unlocking the files it held in memory): a cgroup left behind would
+    be found, with other limits, by a later service of this process under the same name."""
+    import time
+
+    deadline = time.monotonic() + patience
+    while True:
+        try:
+            os.rmdir(path)
+            return
+        except FileNotFoundError:
+            return
+        except OSError as error:
+            if error.errno != errno.EBUSY or time.monotonic() >= deadline:
+                return
+            time.sleep(0.02)
 
 
 def remove_stale() -> None:

@@ -24,6 +24,7 @@ split run of the same test, on any worker.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import os
 import queue
 import random
@@ -208,6 +209,9 @@ class _Job:
         self.done.set()
 
 
+_SERVICE_NUMBERS = itertools.count()
+
+
 class ExecutionService:
     """Runs untrusted programs in sandboxed, pre-warmed, forking workers.
 
@@ -346,7 +350,8 @@ class ExecutionService:
             cgroups=cgroups,
             uid_base=default_uid_base(),
             limits=self.limits,
-            name=f"evalsweep-{os.getpid()}-{id(self) & 0xFFFF:x}",
+            # Unique in this process: cgroups are named after it.
+            name=f"evalsweep-{os.getpid()}-{next(_SERVICE_NUMBERS):x}",
         )
         self._settings = settings
         self._free_stand_ins = list(range(self.workers + self.stand_ins - 1, self.workers - 1, -1))
