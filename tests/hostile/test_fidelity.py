@@ -20,11 +20,19 @@ import subprocess
 import sys
 import tempfile
 import textwrap
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import pytest
 
-from evalsweep.execution import ExecutionRequest, ExecutionService, FunctionTest, Limits, _rootfs
+from evalsweep.execution import (
+    ExecutionRequest,
+    ExecutionResult,
+    ExecutionService,
+    FunctionTest,
+    Limits,
+    _rootfs,
+)
 
 pytestmark = pytest.mark.hostile
 
@@ -880,22 +888,28 @@ def test_a_forgery_that_fools_one_process_is_never_a_pass() -> None:
     assert [r.verdict.status for r in (got[0], got[2], got[3])] == ["passed"] * 3
 
 
-def test_a_program_recurses_exactly_as_deep_as_in_one_process() -> None:
-    program = "def f(x):\n    return 0 if x == 0 else 1 + f(x - 1)\n"
+def _at_depths(program: str, depths: range) -> Iterator[tuple[int, bool, ExecutionResult]]:
+    """``f(n) == n`` judged for every ``n`` of ``depths``, on both loops: each ``n`` with
+    one process's outcome and evalsweep's result. The window must hold the boundary."""
 
     def request(n: int) -> ExecutionRequest:
         test = FunctionTest(f"def check(candidate):\n    assert candidate({n}) == {n}\n", "f")
         return ExecutionRequest(program, test=test, limits=LIMITS)
 
-    depths = range(980, 1000)
     oracle = {n: one_process(request(n)) for n in depths}
     assert any(oracle.values()) and not all(oracle.values())  # the boundary is in the window
     for native_loop in (True, False):
         with ExecutionService(workers=1, limits=LIMITS, native_loop=native_loop) as service:
             results = service.run_many([request(n) for n in depths])
         for n, result in zip(depths, results, strict=True):
-            faithful = result.verdict.status in ("passed", "unsupported")
-            assert faithful == oracle[n], (n, native_loop, result.verdict)
+            yield n, oracle[n], result
+
+
+def test_a_program_recurses_exactly_as_deep_as_in_one_process() -> None:
+    program = "def f(x):\n    return 0 if x == 0 else 1 + f(x - 1)\n"
+    for n, passes, result in _at_depths(program, range(980, 1000)):
+        faithful = result.verdict.status in ("passed", "unsupported")
+        assert faithful == passes, (n, result.verdict)
 
 
 def test_a_thread_the_program_starts_recurses_exactly_as_deep_as_in_one_process() -> None:
@@ -912,22 +926,11 @@ def test_a_thread_the_program_starts_recurses_exactly_as_deep_as_in_one_process(
             worker.join()
             return out[0] if out else None
     """)
-
-    def request(n: int) -> ExecutionRequest:
-        test = FunctionTest(f"def check(candidate):\n    assert candidate({n}) == {n}\n", "f")
-        return ExecutionRequest(program, test=test, limits=LIMITS)
-
-    depths = range(990, 1004)
-    oracle = {n: one_process(request(n)) for n in depths}
-    assert any(oracle.values()) and not all(oracle.values())  # the boundary is in the window
-    for native_loop in (True, False):
-        with ExecutionService(workers=1, limits=LIMITS, native_loop=native_loop) as service:
-            results = service.run_many([request(n) for n in depths])
-        for n, result in zip(depths, results, strict=True):
-            if oracle[n]:
-                assert result.verdict.status in ("passed", "unsupported"), (n, result.verdict)
-            else:  # never a pass, and never "unsupported" saying one process passes
-                assert result.verdict.status in ("failed", "error"), (n, result.verdict)
+    for n, passes, result in _at_depths(program, range(990, 1004)):
+        if passes:
+            assert result.verdict.status in ("passed", "unsupported"), (n, result.verdict)
+        else:  # never a pass, and never "unsupported" saying one process passes
+            assert result.verdict.status in ("failed", "error"), (n, result.verdict)
 
 
 _DEPTH = _d("""

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import glob
 import os
 import shutil
 import subprocess
@@ -281,8 +282,7 @@ def resident_root_spec() -> dict[str, Any] | str:
     for name in ("/etc/ld.so.cache", "/etc/localtime", *_TOP_LEVEL):
         if os.path.islink(name) or os.path.isfile(name):
             tree.add(name)
-    import glob  # the dynamic loader, by the name executables give it (PT_INTERP)
-
+    # The dynamic loader, by the name executables give it (PT_INTERP).
     for loader in glob.glob("/lib*/ld-linux*.so*"):
         tree.add(loader)
     return {

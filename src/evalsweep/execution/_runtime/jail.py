@@ -125,6 +125,31 @@ def mount_proc(target: str) -> None:
     linux.mount("proc", target, "proc", flags, PROC_OPTIONS)
 
 
+def _lay_out(top: str, spec: dict[str, Any], devices_only: bool = False) -> None:
+    """Under ``top``: ``spec``'s binds and links (with ``devices_only``, those under /dev
+    alone, and its generated files only where nothing was copied), its directories, a
+    world-writable /tmp and a proc instance of *this* pid namespace (the sample sees
+    only its own worker's processes)."""
+    for bind in spec["binds"]:
+        if not devices_only or bind["source"].startswith("/dev/"):
+            _bind(bind["source"], top + bind["target"], read_only=bind["read_only"])
+    for path, target in spec["symlinks"].items():
+        if not devices_only or path.startswith("/dev/"):
+            os.makedirs(os.path.dirname(top + path), exist_ok=True)
+            os.symlink(target, top + path)
+    for path, text in spec["files"].items():
+        if devices_only and os.path.lexists(top + path):
+            continue  # copied there already (the resident root)
+        os.makedirs(os.path.dirname(top + path), exist_ok=True)
+        with open(top + path, "w") as handle:
+            handle.write(text)
+    for path in spec["dirs"]:
+        os.makedirs(top + path, exist_ok=True)
+    os.chmod(top + "/tmp", 0o1777)
+    os.makedirs(top + "/proc", exist_ok=True)
+    mount_proc(top + "/proc")
+
+
 def build_resident_root(root: str, spec: dict[str, Any], resident: dict[str, Any]) -> None:
     """The split runs' root at ``root + resident["path"]``: a tmpfs holding copies.
 
@@ -155,23 +180,7 @@ def build_resident_root(root: str, spec: dict[str, Any], resident: dict[str, Any
         os.chmod(top + path, facts.st_mode & 0o7777)
         # Byte code is checked against its source's modification time.
         os.utime(top + path, ns=(facts.st_atime_ns, facts.st_mtime_ns))
-    for bind in spec["binds"]:
-        if bind["source"].startswith("/dev/"):
-            _bind(bind["source"], top + bind["target"], read_only=bind["read_only"])
-    for path, target in spec["symlinks"].items():
-        if path.startswith("/dev/"):
-            os.makedirs(os.path.dirname(top + path), exist_ok=True)
-            os.symlink(target, top + path)
-    for path, text in spec["files"].items():
-        if not os.path.lexists(top + path):
-            os.makedirs(os.path.dirname(top + path), exist_ok=True)
-            with open(top + path, "w") as handle:
-                handle.write(text)
-    for path in spec["dirs"]:
-        os.makedirs(top + path, exist_ok=True)
-    os.chmod(top + "/tmp", 0o1777)
-    os.makedirs(top + "/proc", exist_ok=True)
-    mount_proc(top + "/proc")
+    _lay_out(top, spec, devices_only=True)
     flags = linux.MS_REMOUNT | linux.MS_RDONLY | linux.MS_NOSUID | linux.MS_NODEV
     linux.mount(None, top, None, flags, None)
 
@@ -188,22 +197,7 @@ def build_root(spec: dict[str, Any], resident: bool = False) -> str | None:
     linux.mount(None, "/", None, linux.MS_REC | linux.MS_PRIVATE, None)
     root = _staging_dir(spec)
     linux.mount("tmpfs", root, "tmpfs", linux.MS_NOSUID | linux.MS_NODEV, "size=4m,mode=0755")
-    for bind in spec["binds"]:
-        _bind(bind["source"], root + bind["target"], read_only=bind["read_only"])
-    for path, target in spec["symlinks"].items():
-        os.makedirs(os.path.dirname(root + path), exist_ok=True)
-        os.symlink(target, root + path)
-    for path, text in spec["files"].items():
-        os.makedirs(os.path.dirname(root + path), exist_ok=True)
-        with open(root + path, "w") as handle:
-            handle.write(text)
-    for path in spec["dirs"]:
-        os.makedirs(root + path, exist_ok=True)
-    os.chmod(root + "/tmp", 0o1777)
-    os.makedirs(root + "/proc", exist_ok=True)
-    # A proc instance of *this* pid namespace: the sample sees only its own
-    # worker's processes.
-    mount_proc(root + "/proc")
+    _lay_out(root, spec)
     missing: str | None = None
     plan = spec.get("resident")
     if resident and isinstance(plan, dict):

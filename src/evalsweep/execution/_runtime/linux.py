@@ -9,6 +9,7 @@ caller can report exactly which isolation step failed on this machine.
 from __future__ import annotations
 
 import ctypes
+import mmap
 import os
 
 _libc = ctypes.CDLL(None, use_errno=True)
@@ -188,6 +189,24 @@ class SeccompProgram:
         """Install the filter on the calling thread; requires no_new_privs."""
         if _raw_prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.addressof(self._prog)) != 0:
             raise _fail("seccomp")
+
+
+_libc.mmap.restype = ctypes.c_void_p
+_libc.mmap.argtypes = [
+    ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long,
+]  # fmt: skip
+_libc.mlock.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+_MAP_FAILED = ctypes.c_void_p(-1).value
+
+
+def lock_in_memory(fd: int, size: int) -> None:
+    """Map the first ``size`` bytes of file ``fd`` read-only and lock them in memory
+    (``mmap(2)``, ``mlock(2)``) for the rest of this process's life."""
+    address = _libc.mmap(None, size, mmap.PROT_READ, mmap.MAP_SHARED, fd, 0)
+    if address in (None, _MAP_FAILED):
+        raise _fail("mmap")
+    if _libc.mlock(address, size) != 0:
+        raise _fail("mlock")
 
 
 def release_free_memory() -> None:

@@ -321,18 +321,13 @@ class Zygote:
                 os.close(fd)
         wanted = self.config.get("role") == "sample" and self.resident_root is not None
         try:
-            if wanted:
-                payload = "\n".join(sorted(_mapped_files())).encode()
-                view = memoryview(payload)
-                while view:
-                    view = view[os.write(files_write, view) :]
-            os.close(files_write)
+            with os.fdopen(files_write, "wb") as names:
+                if wanted:  # the end of the names: the bootstrap's cue to lock them
+                    names.write("\n".join(sorted(_mapped_files())).encode())
             answer = b""
             while chunk := os.read(locked_read, 4096):
                 answer += chunk
         finally:
-            with contextlib.suppress(OSError):
-                os.close(files_write)
             os.close(locked_read)
         if wanted:
             text = answer.decode("utf-8", "replace")
@@ -388,20 +383,11 @@ def _serve_lock_request(files: int, locked: int) -> None:
     the worker's life: every page is in memory and stays there. The zygote (in
     its user namespace) could not lock more than ``RLIMIT_MEMLOCK``.
     """
-    import ctypes
-    import mmap
-
     data = b""
     with contextlib.suppress(OSError):
         while chunk := os.read(files, 1 << 16):
             data += chunk
     os.close(files)
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.mmap.restype = ctypes.c_void_p
-    libc.mmap.argtypes = [
-        ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long,
-    ]  # fmt: skip
-    libc.mlock.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
     total, failed = 0, ""
     for path in filter(None, data.decode("utf-8", "surrogateescape").split("\n")):
         try:
@@ -410,13 +396,12 @@ def _serve_lock_request(files: int, locked: int) -> None:
             continue  # not a file of this tree (the zygote's own root): nothing to lock
         try:
             size = os.fstat(fd).st_size
-            if size == 0:
-                continue
-            address = libc.mmap(None, size, mmap.PROT_READ, mmap.MAP_SHARED, fd, 0)
-            if address in (None, ctypes.c_void_p(-1).value) or libc.mlock(address, size) != 0:
-                failed = f"{path}: {os.strerror(ctypes.get_errno())}"
-                break
-            total += size
+            if size:
+                linux.lock_in_memory(fd, size)
+                total += size
+        except OSError as error:
+            failed = f"{path}: {error.strerror}"
+            break
         finally:
             os.close(fd)
     answer = (
