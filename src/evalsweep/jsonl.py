@@ -50,14 +50,27 @@ def dumps_line(value: Any, default: Callable[[Any], Any] | None = None) -> bytes
         LineError: a string holds a high and a low surrogate as two separate code points
             (JSON readers join them into one character, so it would not read back as written).
     """
-    text = json.dumps(value, ensure_ascii=False, default=default)
+    return dumps_text(value, default).encode("utf-8") + LINE_END
+
+
+def dumps_text(
+    value: Any,
+    default: Callable[[Any], Any] | None = None,
+    separators: tuple[str, str] | None = None,
+) -> str:
+    """One JSON value as text that encodes to UTF-8 and holds no line break: the writer's rule.
+
+    Raises:
+        LineError: as :func:`dumps_line`.
+    """
+    text = json.dumps(value, ensure_ascii=False, default=default, separators=separators)
     if _ESCAPE.search(text):
         if _PAIR.search(text):
             raise LineError(
                 "a string holds a surrogate pair as two code points, which JSON cannot carry"
             )
         text = _ESCAPE.sub(_escape, text)
-    return text.encode("utf-8") + LINE_END
+    return text
 
 
 def dumps_lines(values: Iterable[Any], default: Callable[[Any], Any] | None = None) -> bytes:

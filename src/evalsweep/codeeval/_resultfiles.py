@@ -270,7 +270,10 @@ class ResultFiles:
                 if not line.endswith(b"\n"):
                     break  # the last line, cut short when the run stopped
                 try:
-                    verdict = self._verified(parse_object(line.decode("utf-8")), count)
+                    # A verdict's detail holds what the program raised: it may hold a
+                    # lone surrogate, which json.dumps wrote as an escape.
+                    row = parse_object(line.decode("utf-8"), surrogates=True)
+                    verdict = self._verified(row, count)
                 except (ValueError, KeyError, TypeError):
                     return f"line {number} does not carry this run's key"
                 verdicts[verdict[0]] = verdict[1]

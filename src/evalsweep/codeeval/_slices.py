@@ -25,6 +25,7 @@ from evalsweep.execution import (
     Limits,
     SampleVerdict,
 )
+from evalsweep.jsonl import dumps_text
 
 #: The largest slice message (the common per-transfer limit of sandbox providers).
 MAX_SLICE_BYTES = 5_000_000
@@ -90,7 +91,8 @@ def encode_slice(items: Sequence[tuple[int, ExecutionRequest]], options: dict[st
         "tests": test_rows,
         "requests": rows,
     }
-    return json.dumps(document, ensure_ascii=False, separators=(",", ":")).encode()
+    # The jsonl writer's rule: a completion's lone surrogate is escaped, so it crosses as written.
+    return dumps_text(document, separators=(",", ":")).encode()
 
 
 def decode_slice(data: bytes) -> tuple[dict[str, Any], list[tuple[int, ExecutionRequest]]]:
@@ -128,7 +130,7 @@ def decode_slice(data: bytes) -> tuple[dict[str, Any], list[tuple[int, Execution
 
 
 def _item_bytes(request: ExecutionRequest) -> int:
-    return len(json.dumps(_request_dict(request, {}), ensure_ascii=False).encode()) + 16
+    return len(dumps_text(_request_dict(request, {}), separators=(",", ":")).encode()) + 16
 
 
 def _cap(left: int, max_samples: int, spread: int) -> int:
@@ -208,7 +210,8 @@ def verdict_line(position: int, result: ExecutionResult) -> str:
             "c": round(result.cpu_seconds, 6),
             "m": result.max_rss_kb,
         },
-        ensure_ascii=False,
+        # ASCII: a detail holds what the program raised, lone surrogates included.
+        ensure_ascii=True,
     )
 
 

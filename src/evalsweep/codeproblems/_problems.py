@@ -269,7 +269,9 @@ def read_samples(
     path: str | Path, problems: dict[str, CodeProblem]
 ) -> tuple[list[CodeSample], str]:
     """The samples of a file and the SHA-256 of the bytes they were read from."""
-    source = read_records(path, what="samples", lines=True)
+    # A completion may hold a lone surrogate (a model's broken text): it is judged as written
+    # (one process fails to compile it), not a reason to refuse every other sample.
+    source = read_records(path, what="samples", lines=True, surrogates=True)
     shown = display_path(source.path)
     samples: list[CodeSample] = []
     for record in source.records:
