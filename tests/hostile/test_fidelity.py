@@ -783,6 +783,26 @@ CASES: tuple[Case, ...] = (
         "    return argparse.ArgumentParser().parse_args().__dict__ == {} and 1\n",
         "def check(candidate):\n    assert candidate() == 1\n",
     ),
+    # -- the interpreter's own environment -------------------------------------------------
+    Case(
+        "a_stray_breakpoint",
+        "def f(x):\n    breakpoint()\n    return x + 1\n",
+        "def f(x):\n    return x + 1\n",
+        "def check(candidate):\n    assert candidate(1) == 2\n",
+    ),
+    Case(
+        "the_breakpoint_hook_called",
+        "import sys\n\ndef f(x):\n    sys.breakpointhook()\n    return x + 1\n",
+        "import sys\n\ndef f(x):\n    return x + 1 if sys.breakpointhook else None\n",
+        "def check(candidate):\n    assert candidate(1) == 2\n",
+    ),
+    Case(
+        "a_breakpoint_in_the_prompt_s_helper",
+        "def f(x):\n    return helper(x)\n",
+        "def f(x):\n    return x + 1\n",
+        "def check(candidate):\n    assert candidate(1) == 2\n",
+        prelude="def helper(x):\n    breakpoint()\n    return x + 1\n\n\n",
+    ),
     Case(
         "an_environment_variable_removed",
         "import os\n\ndef f():\n    os.environ.pop('HOME', None)\n    return 1\n",

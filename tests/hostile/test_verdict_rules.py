@@ -200,6 +200,74 @@ _SENTINEL = FunctionTest(
     "f",
 )
 _STOPS = "def f(x):\n    raise StopIteration\n"
+# An object of the program's whose every answer raises StopIteration, and its honest twin.
+_STOPPING_OBJECT = (
+    "class R:\n"
+    "    def __init__(self, x):\n        self.x = x\n"
+    "    @property\n    def value(self):\n        raise StopIteration\n"
+    "    def __len__(self):\n        raise StopIteration\n"
+    "    def __str__(self):\n        raise StopIteration\n"
+    "    def __repr__(self):\n        raise StopIteration\n"
+    "    def __bool__(self):\n        raise StopIteration\n"
+    "    def __getitem__(self, i):\n        raise StopIteration\n"
+    "    def __iter__(self):\n        raise StopIteration\n"
+    "def f(x):\n    return R(x)\n"
+)
+_HONEST_OBJECT = (
+    "class R:\n"
+    "    def __init__(self, x):\n        self.x = x\n"
+    "    @property\n    def value(self):\n        return self.x + 1\n"
+    "    def __len__(self):\n        return self.x + 1\n"
+    "    def __str__(self):\n        return str(self.x + 1)\n"
+    "    def __repr__(self):\n        return str(self.x + 1)\n"
+    "    def __bool__(self):\n        return True\n"
+    "    def __getitem__(self, i):\n        return self.x + 1\n"
+    "    def __iter__(self):\n        return iter([self.x + 1])\n"
+    "def f(x):\n    return R(x)\n"
+)
+
+
+def _mapped(check: str) -> FunctionTest:
+    """A test that checks ``check`` (of ``r = candidate(x)``) for x in 1..3 inside a map."""
+    return FunctionTest(
+        "def check(candidate):\n"
+        f"    assert all(map(lambda x: (lambda r: {check})(candidate(x)), [1, 2, 3]))\n",
+        "f",
+    )
+
+
+_OBJECT_TESTS = {
+    "an_attribute": _mapped("r.value == x + 1"),
+    "len": _mapped("len(r) == x + 1"),
+    "str": _mapped("str(r) == str(x + 1)"),
+    "repr": _mapped("repr(r) == str(x + 1)"),
+    "truth": _mapped("bool(r)"),
+    "an_item": _mapped("r[0] == x + 1"),
+    "iter": _mapped("next(iter(r)) == x + 1"),
+    "len_through_c_alone": FunctionTest(
+        "def check(candidate):\n"
+        "    got = map(len, [candidate(x) for x in [1, 2, 3]])\n"
+        "    assert all(a == b for a, b in zip(got, [2, 3, 4]))\n",
+        "f",
+    ),
+}
+_EMPTY_GENERATOR = "def f(x):\n    return\n    yield\n"
+_ONE_VALUE_GENERATOR = "def f(x):\n    yield x + 1\n"
+_GENERATOR_TESTS = {
+    "next_of_an_empty_generator": _mapped("next(r) == x + 1"),
+    "next_through_c_alone": FunctionTest(
+        "def check(candidate):\n"
+        "    got = map(next, [candidate(x) for x in [1, 2, 3]])\n"
+        "    assert all(a == b for a, b in zip(got, [2, 3, 4]))\n",
+        "f",
+    ),
+}
+_MBPP_STOPPED = FunctionTest(
+    "def check(candidate):\n    assert all(map(lambda x: sq(x).value == x + 1, [1, 2, 3]))\n",
+    "None",
+    sample_names=("sq",),
+)
+_LISTED = FunctionTest("def check(candidate):\n    assert list(candidate(3)) == [0, 1, 2]\n", "f")
 
 RULES: tuple[Rule, ...] = (
     # -- 0. an exception that ends iterations, raised out of a call, is never a pass ---------
@@ -234,6 +302,44 @@ RULES: tuple[Rule, ...] = (
         "unsupported",
         "not confirmed",
         _req(PROBE_RIGHT, _MAPPED),
+    ),
+    # StopIteration out of any other request than a call: an attribute, len, str, truth, an
+    # item, iter(), the next step of a generator of the program's (one that is empty), and
+    # through C alone (map(len, ...), map(next, ...): no frame of the test's sees it).
+    *(
+        Rule(
+            f"stop_iteration_from_{name}",
+            _req(_STOPPING_OBJECT, test),
+            "unsupported",
+            "not confirmed",
+            _req(_HONEST_OBJECT, test),
+        )  # fmt: skip
+        for name, test in _OBJECT_TESTS.items()
+    ),
+    *(
+        Rule(
+            f"stop_iteration_from_{name}",
+            _req(_EMPTY_GENERATOR, test),
+            "unsupported",
+            "not confirmed",
+            _req(_ONE_VALUE_GENERATOR, test),
+        )  # fmt: skip
+        for name, test in _GENERATOR_TESTS.items()
+    ),
+    Rule(
+        "stop_iteration_from_an_attribute_mbpp_asserts",
+        _req(_STOPPING_OBJECT.replace("def f(", "def sq("), _MBPP_STOPPED),
+        "unsupported",
+        "not confirmed",
+        _req(_HONEST_OBJECT.replace("def f(", "def sq("), _MBPP_STOPPED),
+    ),
+    # A generator of the program's that the test runs to its end: its StopIteration cannot be
+    # told from one that ends another iteration of the test's, so the pass is not confirmed.
+    Rule(
+        "a_generator_of_the_program_s_run_to_its_end",
+        _req("def f(x):\n    yield from range(x)\n", _LISTED),
+        "unsupported",
+        "not confirmed",
     ),
     # -- 1. names the test uses are the problem's or builtins ------------------------------
     Rule(

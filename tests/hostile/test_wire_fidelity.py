@@ -337,7 +337,8 @@ CASES: tuple[Case, ...] = (
         "    assert isinstance(gen, abc.Iterator) and isinstance(box, abc.Sized)\n"
         "    assert not isinstance(box, abc.Iterator)\n"
         "    assert str(box) == 'Box of 3' and repr(box) == 'Box(3)' and len(box) == 3\n"
-        "    assert list(gen) == [0, 1, 2]\n",
+        # Not run to its end: a StopIteration of the program's makes a pass unsupported.
+        "    assert next(gen) == 0 and next(gen) == 1\n",
         "class Box:\n    def __init__(self, n):\n        self.n = n\n"
         "    def __len__(self):\n        return self.n\n"
         "    def __str__(self):\n        return f'Box of {self.n}'\n"

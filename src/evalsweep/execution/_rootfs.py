@@ -50,6 +50,11 @@ _SYMLINKS = {
     "/dev/shm": "/tmp",
 }
 
+# The environment a program runs in. No ``PYTHON*`` variable: the interpreter reads some of
+# them while a program runs (``PYTHONBREAKPOINT`` at every ``breakpoint()``,
+# ``PYTHONASYNCIODEBUG`` when asyncio starts), where the one process the contract names
+# (``python -I``) ignores them all. The zygotes' own start-up settings (the hash seed) are
+# given to them alone (``_sandbox.zygote_environment``) and cleared before a program runs.
 SANDBOX_ENV = {
     "PATH": "/usr/local/bin:/usr/bin:/bin",
     "HOME": "/tmp",
@@ -57,8 +62,6 @@ SANDBOX_ENV = {
     "USER": "sandbox",
     "LANG": "C.UTF-8",
     "LC_ALL": "C.UTF-8",
-    "PYTHONDONTWRITEBYTECODE": "1",
-    "PYTHONBREAKPOINT": "0",
     "OMP_NUM_THREADS": "1",
     "OPENBLAS_NUM_THREADS": "1",
     "MKL_NUM_THREADS": "1",

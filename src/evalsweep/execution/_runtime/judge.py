@@ -391,7 +391,7 @@ class SampleChannel(wire.Endpoint):
         self._announced: dict[str, Any] = {}  # lookups sent along with "ready"
         self.made = 0  # calls the test has made so far
         self.unsupported: list[str] = []
-        self.stopped: list[str] = []  # StopIteration raised out of calls the test made
+        self.stopped: list[str] = []  # StopIteration raised out of requests the test made
         # The problem's names and digests, sent with the first request.
         self.watch: dict[str, str] | None = None
         # random's state once the judge seeded it, and whether the program drew from its own
@@ -594,7 +594,16 @@ class SampleChannel(wire.Endpoint):
         if kind == "unsupported":
             raise self.unsupported_value(str(reply.get("msg", ""))[:_MESSAGE_LIMIT])
         if kind == "exc":
-            raise self._exception(reply)
+            error = self._exception(reply)
+            if isinstance(error, (StopIteration, StopAsyncIteration)):
+                # Out of any request (a call, an attribute, len, str, truth, an item, the next
+                # step of the program's iterator), it ends whatever iteration of the test's made
+                # the request (``map``, ``filter``, ``zip``, ``iter(f, sentinel)``) as if its
+                # values had run out, in one process too: a test that then passes may not have
+                # checked anything the program computed. Which iteration it ends cannot be told
+                # here, so every pass after one is ``unsupported``.
+                self.stopped.append(type(error).__name__)
+            raise error
         return reply.get("v")
 
     def _track(self, reply: dict[str, Any], handed: dict[int, Any]) -> None:
@@ -697,14 +706,7 @@ class SampleChannel(wire.Endpoint):
             return message
 
         self.made += 1
-        try:
-            return self._exchange(build)
-        except (StopIteration, StopAsyncIteration) as stop:
-            # Raised out of a call, it ends whatever iteration of the test's made the call
-            # (``map``, ``filter``, ``iter(f, sentinel)``) as if the values had run out: a
-            # test that then passes has not checked what the program computed.
-            self.stopped.append(type(stop).__name__)
-            raise
+        return self._exchange(build)
 
     def lookup(self, name: str) -> Any:
         """A function or class the sample was asked to write, as a value or remote."""
@@ -875,9 +877,10 @@ def judge(spec: dict[str, Any], channel: SampleChannel, timeout: float) -> dict[
 
 
 _STOPPED = (
-    "the program raised {} out of a call the test made and the test then passed: an "
-    "iteration of the test's ends there as if its values had run out, so its checks may "
-    "not have run on anything the program computed"
+    "the program raised {} out of a request the test made (a call, an attribute, len, str, "
+    "the next step of its iterator, ...) and the test then passed: an iteration of the "
+    "test's ends there as if its values had run out, so its checks may not have run on "
+    "anything the program computed"
 )
 
 
