@@ -167,6 +167,20 @@ def test_the_callers_environment_never_reaches_a_sample(monkeypatch: pytest.Monk
     assert "hunter2" not in result.stdout and "EVALSWEEP_SECRET_FOR_TEST" not in result.stdout
 
 
+def test_a_program_s_environment_holds_no_python_variable(service: ExecutionService) -> None:
+    """The interpreter reads ``PYTHON*`` variables while a program runs (``PYTHONBREAKPOINT``
+    at every ``breakpoint()``); the one process the contract names (``python -I``) ignores
+    them. Judged and unjudged programs alike see none, nor the zygotes' hash seed."""
+    probe = "import os\nprint(sorted(k for k in os.environ if k.startswith('PYTHON')))\n"
+    result = service.run(ExecutionRequest(probe))
+    assert result.stdout == "[]\n", result.stdout
+    judged = ExecutionRequest(
+        "import os\ndef f():\n    return [k for k in os.environ if k.startswith('PYTHON')]\n",
+        test=FunctionTest("def check(candidate):\n    assert candidate() == []\n", "f"),
+    )
+    assert service.run(judged).verdict.status == "passed"
+
+
 def _sandbox_processes(uid_base: int, count: int) -> set[int]:
     pids = set()
     for entry in filter(str.isdigit, os.listdir("/proc")):
