@@ -46,7 +46,9 @@ def test_a_stateful_function_sees_the_calls_in_the_tests_order(service: Executio
     [
         "candidate(i).value",  # an attribute of a returned object
         "len(candidate(i))",
-        "list(candidate(i))[-1]",  # iterating it
+        # Iterating it, not to its end (the end is a StopIteration of the program's, which makes
+        # a pass unsupported: test_a_generator_of_the_program_s_run_to_its_end_is_unsupported).
+        "[v for _, v in zip('ab', candidate(i))][-1]",
         "candidate(i)[0]",  # indexing it
         "candidate(i).get()",  # calling its method
     ],
@@ -137,10 +139,29 @@ def test_generators_and_objects_stay_usable(service: ExecutionService) -> None:
     program = "def f(n):\n    return (i * i for i in range(n))\n"
     test = (
         "def check(candidate):\n"
-        "    assert list(candidate(3)) == [0, 1, 4]\n"
-        "    assert list(candidate(2)) == [0, 1]\n"
+        "    g = candidate(3)\n"
+        "    assert [next(g), next(g), next(g)] == [0, 1, 4]\n"
+        "    assert next(candidate(2)) == 0 and next(candidate(2), None) == 0\n"
     )
     assert _verdict(service, program, test) == SampleVerdict("passed")
+
+
+@pytest.mark.parametrize(
+    "use", ["list(candidate(3))", "[v for v in candidate(3)]", "sorted(candidate(3))"]
+)
+def test_a_generator_of_the_program_s_run_to_its_end_is_unsupported(
+    service: ExecutionService, use: str
+) -> None:
+    """Its StopIteration cannot be told from one that ends another iteration of the test's
+    (``all(map(lambda x: next(candidate(x)) == ..., cases))`` checks nothing of an empty
+    generator), so the pass, which one process gives, is not confirmed; a wrong generator
+    still fails."""
+    test = f"def check(candidate):\n    assert {use} == [0, 1, 4]\n"
+    right = _verdict(service, "def f(n):\n    return (i * i for i in range(n))\n", test)
+    assert (right.status, right.reason) == ("unsupported", "not confirmed: unsupported")
+    assert "raised StopIteration out of a request the test made" in right.detail
+    wrong = _verdict(service, "def f(n):\n    return (i for i in range(n))\n", test)
+    assert wrong.status == "failed"
 
 
 def test_every_sample_of_a_problem_draws_the_same_random_inputs() -> None:
