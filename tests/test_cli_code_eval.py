@@ -58,6 +58,13 @@ def _outcomes(path: Path) -> list[tuple[str, str, bool, str]]:
     return [(row["task_id"], row["completion"], row["passed"], row["verdict"]) for row in rows]
 
 
+def _resumable_args(samples: Path, results: Path, workers: int) -> tuple[Path, list[object]]:
+    """The ``.partial`` of ``results`` and the arguments of a resumable run of ``samples``."""
+    args: list[object] = ["--problems", HUMANEVAL, "--samples", samples, "--results", results]
+    args += ["--workers", str(workers), "--k", "1", "--json"]
+    return Path(f"{results}.partial"), args
+
+
 def _verdict_lines(partial: Path) -> int:
     if not partial.exists():
         return 0
@@ -95,9 +102,7 @@ def test_an_interrupted_cli_run_resumes_and_ends_as_an_uninterrupted_one(
     rows = _slow_samples(8)
     samples = _write_jsonl(tmp_path / "samples.jsonl", rows)
     results = tmp_path / "out" / "results.jsonl"
-    partial = Path(f"{results}.partial")
-    args: list[object] = ["--problems", HUMANEVAL, "--samples", samples, "--results", results]
-    args += ["--workers", "2", "--k", "1", "--json"]
+    partial, args = _resumable_args(samples, results, workers=2)
     _interrupt(args, partial, cli_env, stop, after=4)
     done_before = _verdict_lines(partial)
     assert 4 <= done_before < len(rows)
@@ -145,9 +150,7 @@ def test_lone_surrogates_in_a_samples_file_are_judged_as_one_process_and_survive
         rows.append({"task_id": task, "completion": SLOW + "    raise ValueError(chr(0xD800))\n"})
     samples = _write_jsonl(tmp_path / "samples.jsonl", rows)
     results = tmp_path / "results.jsonl"
-    partial = Path(f"{results}.partial")
-    args: list[object] = ["--problems", HUMANEVAL, "--samples", samples, "--results", results]
-    args += ["--workers", "2", "--k", "1", "--json"]
+    partial, args = _resumable_args(samples, results, workers=2)
     _interrupt(args, partial, cli_env, signal.SIGKILL, after=6)
     kept = [json.loads(line) for line in partial.read_text().splitlines()[1:] if line]
     assert any(chr(0xD800) in row["detail"] for row in kept)  # a raised surrogate on disk
@@ -174,9 +177,7 @@ def test_no_resume_runs_every_sample_again(tmp_path: Path, cli_env: dict[str, st
     rows = _slow_samples(3)
     samples = _write_jsonl(tmp_path / "samples.jsonl", rows)
     results = tmp_path / "results.jsonl"
-    partial = Path(f"{results}.partial")
-    args: list[object] = ["--problems", HUMANEVAL, "--samples", samples, "--results", results]
-    args += ["--workers", "1", "--k", "1", "--json"]
+    partial, args = _resumable_args(samples, results, workers=1)
     _interrupt(args, partial, cli_env, signal.SIGKILL, after=1)
     assert _verdict_lines(partial) >= 1
     again = _code_eval(cli_env, *args, "--no-resume")

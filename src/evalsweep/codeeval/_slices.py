@@ -141,7 +141,7 @@ def _cap(left: int, max_samples: int, spread: int) -> int:
 
 
 def _test_bytes(test: FunctionTest) -> int:
-    return len(json.dumps(asdict(test), ensure_ascii=False).encode()) + 4
+    return len(dumps_text(asdict(test), separators=(",", ":")).encode()) + 4
 
 
 def cut_slices(
