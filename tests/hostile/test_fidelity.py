@@ -63,6 +63,15 @@ def _d(text: str) -> str:
     return textwrap.dedent(text).lstrip("\n")
 
 
+# A program may raise its soft limit on open files as one process may (a login session's hard
+# limit is well above its soft one), and then use them.
+RAISE_OPEN_FILES = (
+    "import os, resource\n\ndef f():\n"
+    "    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)\n"
+    "    resource.setrlimit(resource.RLIMIT_NOFILE, (4096, hard))\n"
+    "    files = [os.open(os.devnull, os.O_RDONLY) for _ in range(3000)]\n"
+)
+
 TREE = (
     _d("""
     class Node:
@@ -802,6 +811,12 @@ CASES: tuple[Case, ...] = (
         "def f(x):\n    return x + 1\n",
         "def check(candidate):\n    assert candidate(1) == 2\n",
         prelude="def helper(x):\n    breakpoint()\n    return x + 1\n\n\n",
+    ),
+    Case(
+        "the_open_files_soft_limit_raised",
+        RAISE_OPEN_FILES + "    return len(files) + 1\n",
+        RAISE_OPEN_FILES + "    return len(files)\n",
+        "def check(candidate):\n    assert candidate() == 3000\n",
     ),
     Case(
         "an_environment_variable_removed",

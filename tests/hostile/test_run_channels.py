@@ -211,14 +211,11 @@ SQUARE_TEST = FunctionTest(
 CUBE_TEST = FunctionTest("def check(candidate):\n    assert candidate(2) == 8\n", "cube")
 
 
-def test_plain_runs_of_a_test_start_after_all_its_split_runs(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """Counters the kernel shares between workers (inode numbers of new pipes and sockets,
-    /proc/stat) cannot be reset per run: the service's order is what keeps a plain run's
-    spending from reaching a split run of the same test. No plain run of a test may start
-    before every split run of that test has ended, on every worker, however the samples
-    are spread and however long one split run takes."""
+def _record_runs(
+    monkeypatch: pytest.MonkeyPatch, requests: list[ExecutionRequest]
+) -> list[tuple[float, str, int]]:
+    """Run ``requests`` over two workers in slices of two; when each split run ended and
+    each plain run was sent, by request index. Every request must pass."""
     from evalsweep.execution import _worker
 
     events: list[tuple[float, str, int]] = []
@@ -236,24 +233,79 @@ def test_plain_runs_of_a_test_start_after_all_its_split_runs(
 
     monkeypatch.setattr(_worker.Worker, "_collect", collected)
     monkeypatch.setattr(_worker.Worker, "_submit_plain", plain_sent)
+    with ExecutionService(workers=2, limits=LIMITS) as service:
+        results = service.run_many(requests, slice_items=2)  # spread over both workers
+    assert [result.verdict.status for result in results] == ["passed"] * len(requests)
+    return events
+
+
+def _ordered(events: list[tuple[float, str, int]], group: set[int]) -> None:
+    split_ends = [t for t, what, index in events if what == "split" and index in group]
+    plain_starts = [t for t, what, index in events if what == "plain sent" and index in group]
+    assert len(split_ends) == len(plain_starts) == len(group)
+    assert max(split_ends) < min(plain_starts)
+
+
+def test_plain_runs_of_a_test_start_after_all_its_split_runs(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Counters the kernel shares between workers (inode numbers of new pipes and sockets,
+    /proc/stat) cannot be reset per run: the service's order is what keeps a plain run's
+    spending from reaching a split run of the same test. No plain run of a test may start
+    before every split run of that test has ended, on every worker, however the samples
+    are spread and however long one split run takes."""
     quick = "def square(x):\n    return x * x\n"
     slow = "import time\ndef square(x):\n    time.sleep(0.4)\n    return x * x\n"
     cube = "def cube(x):\n    return x ** 3\n"
     requests = [ExecutionRequest(quick, test=SQUARE_TEST) for _ in range(7)]
     requests.insert(3, ExecutionRequest(slow, test=SQUARE_TEST))  # ends last of its test
     requests += [ExecutionRequest(cube, test=CUBE_TEST) for _ in range(6)]
-    with ExecutionService(workers=2, limits=LIMITS) as service:
-        results = service.run_many(requests, slice_items=2)  # spread over both workers
-    assert [result.verdict.status for result in results] == ["passed"] * len(requests)
+    events = _record_runs(monkeypatch, requests)
     for test in (SQUARE_TEST, CUBE_TEST):
-        ours = {index for index, request in enumerate(requests) if request.test == test}
-        split_ends = [t for t, what, index in events if what == "split" and index in ours]
-        plain_starts = [t for t, what, index in events if what == "plain sent" and index in ours]
-        assert len(split_ends) == len(plain_starts) == len(ours)
-        assert max(split_ends) < min(plain_starts)
+        _ordered(events, {index for index, request in enumerate(requests) if request.test == test})
     # The plain runs of the quick test were not held for the slow one.
     cube_plain = min(t for t, what, index in events if what == "plain sent" and index >= 8)
     slow_end = next(t for t, what, index in events if what == "split" and index == 3)
+    assert cube_plain < slow_end
+
+
+# Tests that check what SQUARE_TEST checks, written otherwise: each shares a check with it,
+# so a plain run of either could hand the other's split runs their expected values.
+SQUARE_COPIES = {
+    "a comment and blank lines": "def check(candidate):\n    # squares\n\n"
+    "    assert candidate(3) == 9\n\n    assert candidate(-2) == 4  # negative\n",
+    "other names, entry point and order": "def check(f):\n    assert f(-2) == 4\n"
+    "    assert f(3) == 9\n",
+    "one assert of the two, folded and written with is": "def check(g):\n"
+    "    assert (g(-2) == 2 * 2) is True\n",
+    "the checks plus one": "def check(candidate):\n    assert candidate(3) == 9\n"
+    "    assert candidate(5) == 25\n",
+    "a table a loop walks, a docstring, a constant": "N = -2\ndef check(candidate):\n"
+    '    """Squares."""\n    for x, y in [(3, 9)]:\n        assert candidate(x) == y\n'
+    "    assert candidate(N) == 4\n",
+}
+
+
+@pytest.mark.parametrize("copy", list(SQUARE_COPIES))
+def test_plain_runs_wait_for_split_runs_of_every_test_sharing_a_check(
+    copy: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The order keys on what a test checks, not on its text: a copy of a test with other
+    formatting, names, entry point, order or operators, part of its asserts or more, is
+    ordered with it. Neither test's plain runs start before the last split run of both, the
+    slow one being the copy's; a test sharing no check with them is not held."""
+    copy_test = FunctionTest(SQUARE_COPIES[copy], "sq")
+    quick = "def square(x):\n    return x * x\n"
+    slow_copy = "import time\ndef sq(x):\n    time.sleep(0.4)\n    return x * x\n"
+    cube = "def cube(x):\n    return x ** 3\n"
+    requests = [ExecutionRequest(slow_copy, test=copy_test)]  # ends last of the two
+    requests += [ExecutionRequest(quick, test=SQUARE_TEST) for _ in range(3)]
+    requests += [ExecutionRequest(cube, test=CUBE_TEST) for _ in range(6)]
+    events = _record_runs(monkeypatch, requests)
+    _ordered(events, set(range(4)))
+    _ordered(events, set(range(4, 10)))
+    cube_plain = min(t for t, what, index in events if what == "plain sent" and index >= 4)
+    slow_end = next(t for t, what, index in events if what == "split" and index == 0)
     assert cube_plain < slow_end
 
 

@@ -15,10 +15,11 @@ stand-in worker serves the queue until the slow sample ends.
 A sample with a function test runs twice (docs/sandbox.md, "Two runs per
 sample"), in two stages the service orders across all workers: the plain
 run of any sample of a test (the only process of a sample that holds the
-test) is sent only once every split run of that test in the service has
-ended. So no counter the kernel shares between workers (new inode numbers,
-``/proc/stat``) can carry a test's expected values from a plain run to a
-split run of the same test, on any worker.
+test) is sent only once every split run in the service of every test that
+shares a check with it (the test itself, a copy, a near copy: ``_checks``)
+has ended. So no counter the kernel shares between workers (new inode
+numbers, ``/proc/stat``) or clock can carry a test's expected values from a
+plain run to a split run of a test that checks them, on any worker.
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ from dataclasses import dataclass, field
 
 from evalsweep.errors import EvalsweepError
 
-from . import _cgroups, _rootfs, _seccomp
+from . import _cgroups, _checks, _rootfs, _seccomp
 from ._isolation import build_report
 from ._sandbox import Launcher
 from ._types import (
@@ -139,12 +140,6 @@ def make_slices(
     return slices
 
 
-def test_gate(request: ExecutionRequest) -> str | None:
-    """What orders a judged request's runs: its test's source (the expected values are in
-    it, whatever the entry point or prelude); None for a request without a function test."""
-    return request.test.test if request.test is not None else None
-
-
 def group_by_test(
     items: Sequence[tuple[int, ExecutionRequest]],
 ) -> list[tuple[int, ExecutionRequest]]:
@@ -163,6 +158,16 @@ def group_by_test(
     ]
     order = sorted(range(len(items)), key=ranks.__getitem__)  # stable: ties keep their order
     return [items[position] for position in order]
+
+
+@dataclass(eq=False)
+class _Held:
+    """A judged sample's plain run, held until no split run that shares a check is open."""
+
+    job: _Job
+    index: int
+    keys: frozenset[_checks.Key]  # its test's held keys
+    sent: bool = False
 
 
 # A slice of one job in one stage (SPLIT or PLAIN).
@@ -194,8 +199,8 @@ class _Job:
     failure: BaseException | None = None
     cancelled: bool = False
     per_slice: int = 1
-    # Judged samples whose split run has not ended yet, with their test_gate.
-    open: dict[int, str] = field(default_factory=dict)
+    # Judged samples whose split run has not ended yet, with their test's needed keys.
+    open: dict[int, frozenset[_checks.Key]] = field(default_factory=dict)
     # Judged samples whose split run has ended, until their plain run has.
     split_runs: dict[int, SplitRun] = field(default_factory=dict)
 
@@ -359,8 +364,8 @@ class ExecutionService:
         self._closing = False
         # The order of the two stages (see the module's docstring), over every job.
         self._gate_lock = threading.Lock()
-        self._open: dict[str, int] = {}  # test_gate -> split runs not yet ended
-        self._held: dict[str, list[tuple[_Job, int]]] = {}  # plain runs waiting for it
+        self._open: dict[_checks.Key, int] = {}  # needed key -> split runs not yet ended
+        self._held: dict[_checks.Key, dict[_Held, None]] = {}  # plain runs waiting on a key
         self._pool = [Worker(index, settings) for index in range(self.workers)]
         errors: list[BaseException] = []
         starters = [
@@ -482,10 +487,11 @@ class ExecutionService:
             slices = self._longest_first(slices)
         with self._gate_lock:
             for index, request in enumerate(requests):
-                gate = test_gate(request)
-                if gate is not None:
-                    job.open[index] = gate
-                    self._open[gate] = self._open.get(gate, 0) + 1
+                if request.test is not None:
+                    keys = _checks.needed_keys(request.test.test)
+                    job.open[index] = keys
+                    for key in keys:
+                        self._open[key] = self._open.get(key, 0) + 1
         for piece in slices:
             self._jobs.put((job, piece, SPLIT))
         try:
@@ -587,7 +593,8 @@ class ExecutionService:
         """A run of ``job``'s request ``index`` has ended: its result, if that decides it.
 
         A split run that does not decide its sample alone is kept, its plain run
-        held until its test's gate opens (:meth:`_split_ended`); a plain run is
+        held until no split run of a test sharing a check with it is open
+        (:meth:`_split_ended`); a plain run is
         combined with the split run kept. An ``ExecutionResult`` (a refusal, a
         request without a function test, a worker lost) is final in either stage.
         """
@@ -603,37 +610,55 @@ class ExecutionService:
         else:
             result = outcome if isinstance(outcome, ExecutionResult) else None
         with self._gate_lock:
-            gate = job.open.pop(index, None)
-            if result is None and isinstance(outcome, SplitRun) and gate is not None:
+            needed = job.open.pop(index, None)
+            if needed is not None:
+                self._split_ended(needed)
+            if result is None and isinstance(outcome, SplitRun) and request.test is not None:
                 job.split_runs[index] = outcome
-                self._held.setdefault(gate, []).append((job, index))
-            if gate is not None:
-                self._split_ended(gate)
+                held = _Held(job, index, _checks.held_keys(request.test.test))
+                for key in held.keys:
+                    self._held.setdefault(key, {})[held] = None
+                self._send([held])
         return result
 
-    def _split_ended(self, gate: str) -> None:
-        """One split run of ``gate``'s test has ended; if it was the last, send the plain
-        runs held for it (ahead of every other slice: they finish their samples)."""
-        self._open[gate] -= 1
-        if self._open[gate] > 0:
-            return
-        del self._open[gate]
-        held = self._held.pop(gate, [])
+    def _split_ended(self, needed: frozenset[_checks.Key]) -> None:
+        """A split run whose test needs ``needed`` has ended (or will never run): send the
+        plain runs this leaves with no open split run on any of their keys."""
+        opened: list[_Held] = []
+        for key in needed:
+            self._open[key] -= 1
+            if self._open[key] == 0:
+                del self._open[key]
+                opened += self._held.get(key, {})
+        self._send(opened)
+
+    def _send(self, candidates: list[_Held]) -> None:
+        """Queue the held plain runs among ``candidates`` none of whose keys has an open
+        split run, ahead of every other slice (they finish their samples)."""
         by_job: dict[int, tuple[_Job, list[tuple[int, ExecutionRequest]]]] = {}
-        for job, index in held:
-            by_job.setdefault(id(job), (job, []))[1].append((index, job.requests[index]))
-        for job, items in by_job.values():
-            if job.cancelled:
+        for held in candidates:
+            if held.sent or any(key in self._open for key in held.keys):
                 continue
+            held.sent = True
+            for key in held.keys:
+                waiting = self._held[key]
+                del waiting[held]
+                if not waiting:
+                    del self._held[key]
+            if not held.job.cancelled:
+                by_job.setdefault(id(held.job), (held.job, []))[1].append(
+                    (held.index, held.job.requests[held.index])
+                )
+        for job, items in by_job.values():
             for piece in reversed(make_slices(items, job.per_slice)):
                 self._jobs.put_first((job, piece, PLAIN))
 
     def _end_job(self, job: _Job) -> None:
-        """``job`` is over (done, failed or cancelled): its split runs hold no gate any more."""
+        """``job`` is over (done, failed or cancelled): its split runs hold no key any more."""
         with self._gate_lock:
-            open_gates, job.open = list(job.open.values()), {}
-            for gate in open_gates:
-                self._split_ended(gate)
+            still_open, job.open = list(job.open.values()), {}
+            for needed in still_open:
+                self._split_ended(needed)
 
     # -- scheduling: slow problems first, shared out at the end --------------------------------
 

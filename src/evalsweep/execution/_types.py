@@ -59,6 +59,12 @@ class SampleVerdict:
         return f"failed: {self.detail or self.reason}"
 
 
+#: A program's hard limit on open files (it may raise its soft limit to it), as in a login
+#: session under systemd (its default since version 240); where evalsweep may not raise its
+#: own hard limit that far, its own (see ``confine.rlimits_for``).
+OPEN_FILES_HARD = 524_288
+
+
 @dataclass(frozen=True)
 class Limits:
     """Per-sample limits; every one is enforced outside the sample's control."""
@@ -67,7 +73,8 @@ class Limits:
     memory_mb: int = 1024  # resident memory (cgroup), tmpfs pages included
     address_space_mb: int = 4096  # virtual memory (RLIMIT_AS)
     max_processes: int = 64  # processes and threads (pids cgroup, RLIMIT_NPROC)
-    max_open_files: int = 1024  # RLIMIT_NOFILE: the usual soft limit of a login session
+    # RLIMIT_NOFILE: the usual soft limit of a login session; the hard one is OPEN_FILES_HARD.
+    max_open_files: int = 1024
     max_file_mb: int = 64  # largest file a sample may write (RLIMIT_FSIZE)
     scratch_mb: int = 64  # size of the per-sample tmpfs
     scratch_inodes: int = 4096

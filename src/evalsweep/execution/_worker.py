@@ -40,6 +40,7 @@ from ._runtime.supervise import WALL_FACTOR
 from ._sandbox import Launcher, Sandbox, SandboxBroken, next_request_id
 from ._types import (
     MAX_TRANSFER_BYTES,
+    OPEN_FILES_HARD,
     ExecutionRequest,
     ExecutionResult,
     FunctionTest,
@@ -132,6 +133,7 @@ def zygote_limits(
         "address_space": limits.address_space_mb * mib,
         "file_size": limits.max_file_mb * mib,
         "open_files": 64 if judge else limits.max_open_files,
+        "open_files_hard": 64 if judge else OPEN_FILES_HARD,
         "cpu_seconds": limits.cpu_seconds() + (1 if judge else 0),
         # The test's threads count here: the judge may start as many as one process could.
         "processes": max(8, limits.max_processes + 2),

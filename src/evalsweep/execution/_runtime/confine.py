@@ -107,14 +107,34 @@ def rlimits_for(
     open_files: int,
     cpu_seconds: int,
     processes: int,
+    open_files_hard: int | None = None,
 ) -> list[tuple[int, int, int]]:
-    """The per-sample resource limits, as ``(resource, soft, hard)`` triples."""
+    """The per-sample resource limits, as ``(resource, soft, hard)`` triples.
+
+    The open files' hard limit is ``open_files_hard`` where this process may raise its
+    own that far, else its own (never below the soft limit): a program may raise its
+    soft limit as one process started here could.
+    """
+    hard = _raisable_open_files(max(open_files, open_files_hard or open_files))
     return [
         (resource.RLIMIT_AS, address_space, address_space),
         (resource.RLIMIT_FSIZE, file_size, file_size),
-        (resource.RLIMIT_NOFILE, open_files, open_files),
+        (resource.RLIMIT_NOFILE, open_files, max(open_files, hard)),
         # SIGXCPU at the soft limit, SIGKILL one second later.
         (resource.RLIMIT_CPU, cpu_seconds, cpu_seconds + 1),
         (resource.RLIMIT_CORE, 0, 0),
         (resource.RLIMIT_NPROC, processes, processes),
     ]
+
+
+def _raisable_open_files(wanted: int) -> int:
+    """``wanted``, if this process's own RLIMIT_NOFILE hard limit is or can be made that
+    high (root, within ``fs.nr_open``), else its own hard limit."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard == resource.RLIM_INFINITY or wanted <= hard:
+        return wanted
+    try:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, wanted))
+    except (ValueError, OSError):
+        return hard
+    return wanted
