@@ -33,7 +33,6 @@ spreads over several or gathers in one.
 from __future__ import annotations
 
 import ast
-import functools
 import math
 import types
 from collections.abc import Iterator
@@ -45,13 +44,11 @@ Key = frozenset[tuple[str, object]] | tuple[str, str]
 _BARE = frozenset({("NoneType", None), ("bool", True), ("bool", False), ("ellipsis", ...)})
 
 
-@functools.lru_cache(maxsize=4096)
 def held_keys(test: str) -> frozenset[Key]:
     """Every key of ``test``: what its plain run can pass on."""
     return _keys(test, needed=False)
 
 
-@functools.lru_cache(maxsize=4096)
 def needed_keys(test: str) -> frozenset[Key]:
     """The keys of ``test``'s checks: what its split run could use."""
     return _keys(test, needed=True)

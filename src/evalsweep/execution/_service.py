@@ -199,6 +199,10 @@ class _Job:
     failure: BaseException | None = None
     cancelled: bool = False
     per_slice: int = 1
+    # Each test's keys (_checks): (needed, held).
+    keys: dict[str, tuple[frozenset[_checks.Key], frozenset[_checks.Key]]] = field(
+        default_factory=dict
+    )
     # Judged samples whose split run has not ended yet, with their test's needed keys.
     open: dict[int, frozenset[_checks.Key]] = field(default_factory=dict)
     # Judged samples whose split run has ended, until their plain run has.
@@ -485,12 +489,16 @@ class ExecutionService:
         slices = make_slices(items, per_slice)
         if slice_items is None:
             slices = self._longest_first(slices)
+        for request in requests:  # parsed once per test, before any worker waits on the lock
+            if request.test is not None and request.test.test not in job.keys:
+                test = request.test.test
+                job.keys[test] = (_checks.needed_keys(test), _checks.held_keys(test))
         with self._gate_lock:
             for index, request in enumerate(requests):
                 if request.test is not None:
-                    keys = _checks.needed_keys(request.test.test)
-                    job.open[index] = keys
-                    for key in keys:
+                    needed = job.keys[request.test.test][0]
+                    job.open[index] = needed
+                    for key in needed:
                         self._open[key] = self._open.get(key, 0) + 1
         for piece in slices:
             self._jobs.put((job, piece, SPLIT))
@@ -615,7 +623,7 @@ class ExecutionService:
                 self._split_ended(needed)
             if result is None and isinstance(outcome, SplitRun) and request.test is not None:
                 job.split_runs[index] = outcome
-                held = _Held(job, index, _checks.held_keys(request.test.test))
+                held = _Held(job, index, job.keys[request.test.test][1])
                 for key in held.keys:
                     self._held.setdefault(key, {})[held] = None
                 self._send([held])
