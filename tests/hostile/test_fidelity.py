@@ -819,6 +819,14 @@ CASES: tuple[Case, ...] = (
         "def check(candidate):\n    assert candidate() == 3000\n",
     ),
     Case(
+        "a_test_that_opens_many_files",
+        "def f(x):\n    return x\n",
+        "def f(x):\n    return x + 1\n",
+        "import os\n\ndef check(candidate):\n"
+        "    files = [open(os.devnull) for _ in range(900)]\n"
+        "    assert candidate(len(files)) == 901\n",
+    ),
+    Case(
         "an_environment_variable_removed",
         "import os\n\ndef f():\n    os.environ.pop('HOME', None)\n    return 1\n",
         "import os\n\ndef f():\n    return 1\n",

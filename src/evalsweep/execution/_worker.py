@@ -48,6 +48,7 @@ from ._types import (
     SampleVerdict,
 )
 
+_JUDGE_OWN_FILES = 64  # descriptors the judge may hold beyond the test's own
 _PIPELINE_DEPTH = 2
 # A request is sent behind one still running only if that one is expected to
 # take less than this (seconds of wall time): sending ahead saves the zygote a
@@ -132,8 +133,11 @@ def zygote_limits(
     return {
         "address_space": limits.address_space_mb * mib,
         "file_size": limits.max_file_mb * mib,
-        "open_files": 64 if judge else limits.max_open_files,
-        "open_files_hard": 64 if judge else OPEN_FILES_HARD,
+        # The test runs in the judge: it may open as many files as in one process, and
+        # the judge's own descriptors do not count against it (the plain run, which
+        # holds the test too, keeps it to the program's limit).
+        "open_files": limits.max_open_files + (_JUDGE_OWN_FILES if judge else 0),
+        "open_files_hard": OPEN_FILES_HARD,
         "cpu_seconds": limits.cpu_seconds() + (1 if judge else 0),
         # The test's threads count here: the judge may start as many as one process could.
         "processes": max(8, limits.max_processes + 2),

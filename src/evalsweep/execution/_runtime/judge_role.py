@@ -68,6 +68,7 @@ class JudgeRole:
             address_space=limits["address_space"],
             file_size=limits["file_size"],
             open_files=limits["open_files"],
+            open_files_hard=limits["open_files_hard"],
             cpu_seconds=limits["cpu_seconds"],
             processes=limits["processes"],
         )
