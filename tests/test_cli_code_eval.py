@@ -223,6 +223,39 @@ def test_a_k_below_one_is_refused_before_anything_runs(
 
 
 @pytest.mark.parametrize(
+    ("timeout", "message"),
+    [
+        ("1e308", "must be above 0 and at most 86,400 seconds"),
+        ("100000", "must be above 0 and at most 86,400 seconds"),
+        ("nan", "must be a finite number of seconds"),
+        ("inf", "must be a finite number of seconds"),
+        ("-inf", "must be a finite number of seconds"),
+        ("0", "must be a finite number of seconds, above 0"),
+        ("three", "'three' is not a number of seconds"),
+    ],
+)
+def test_a_timeout_past_the_clocks_or_not_a_number_is_refused_in_one_line(
+    tmp_path: Path, cli_env: dict[str, str], timeout: str, message: str
+) -> None:
+    samples = _write_jsonl(tmp_path / "samples.jsonl", _slow_samples(1))
+    args = ["--problems", HUMANEVAL, "--samples", samples, "--timeout", timeout]
+    failed = _code_eval(cli_env, *args)
+    assert failed.returncode == 2 and "Traceback" not in failed.stderr
+    assert "--timeout" in failed.stderr and message in failed.stderr
+    assert not Path(f"{samples}_results.jsonl").exists()
+    assert not Path(f"{samples}_results.jsonl.partial").exists()
+
+
+def test_the_sandbox_s_limits_refuse_a_timeout_the_command_line_would() -> None:
+    from evalsweep.execution import Limits
+
+    for timeout in (float("nan"), float("inf"), 0.0, -1.0, 1e308):
+        with pytest.raises(ValueError, match="timeout must be"):
+            Limits(timeout=timeout)
+    assert Limits(timeout=86_400).cpu_seconds() == 86_401  # the most accepted is a real limit
+
+
+@pytest.mark.parametrize(
     ("bad_line", "message"),
     [
         ('{"task_id": "HumanEval/0", "completion": ', "samples.jsonl:3: not valid JSON"),

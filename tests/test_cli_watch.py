@@ -113,3 +113,17 @@ def test_watch_scores_new_checkpoints_resumes_and_acts_on_regressions(
     assert second.finish() == 3
     assert not any(line.startswith(("step 1000", "step 2000")) for line in second.out)
     assert second.wait_for("step-3000 regressed; stopping (--on-regression fail)")
+
+
+@pytest.mark.parametrize("option", ["--interval", "--settle", "--idle-exit"])
+@pytest.mark.parametrize("value", ["nan", "inf", "1e308", "-1"])
+def test_a_wait_that_is_not_a_finite_number_of_seconds_is_refused_in_one_line(
+    tmp_path: Path, cli_env: dict[str, str], option: str, value: str
+) -> None:
+    from conftest import run_cli_process
+
+    ran = run_cli_process(["watch", str(tmp_path), option, value], env=cli_env, timeout=60)
+    assert ran.returncode == 2, ran
+    assert "Traceback" not in ran.stderr
+    assert f"Invalid value for '{option}'" in ran.stderr
+    assert "must be a finite number of seconds" in ran.stderr

@@ -72,6 +72,12 @@ RAISE_OPEN_FILES = (
     "    files = [os.open(os.devnull, os.O_RDONLY) for _ in range(3000)]\n"
 )
 
+CAUGHT_OOPS = (
+    "def check(candidate):\n    try:\n        candidate(1)\n    except Exception as error:\n"
+    "        assert str(error) == 'its own' and type(error).__name__ == 'Oops'\n"
+    "    else:\n        assert False\n"
+)
+
 TREE = (
     _d("""
     class Node:
@@ -825,6 +831,20 @@ CASES: tuple[Case, ...] = (
         "import os\n\ndef check(candidate):\n"
         "    files = [open(os.devnull) for _ in range(900)]\n"
         "    assert candidate(len(files)) == 901\n",
+    ),
+    # Classes of the program's made otherwise: by type() in a namespace without __name__
+    # (no __module__ at all, as in one process's exec into {}), or with an odd __module__.
+    Case(
+        "an_exception_class_made_by_type_caught_by_the_test",
+        "Oops = type('Oops', (Exception,), {})\n\ndef f(x):\n    raise Oops('other')\n",
+        "Oops = type('Oops', (Exception,), {})\n\ndef f(x):\n    raise Oops('its own')\n",
+        CAUGHT_OOPS,
+    ),
+    Case(
+        "an_exception_class_whose_module_is_not_a_string",
+        "class Oops(Exception):\n    __module__ = 5\n\ndef f(x):\n    raise Oops('other')\n",
+        "class Oops(Exception):\n    __module__ = 5\n\ndef f(x):\n    raise Oops('its own')\n",
+        CAUGHT_OOPS,
     ),
     Case(
         "an_environment_variable_removed",

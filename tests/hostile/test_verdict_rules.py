@@ -173,6 +173,16 @@ COLLIDING_FRAME = (
     f"str(k * {M}) for k in range(20000)) + ']}}}}').encode()"
 )
 # A test one process passes for any value: the judge's own defences decide.
+# The split run is chrooted into a copy of the bare interpreter: it finds no other program.
+SPLIT_ONLY = (
+    "import shutil\n"
+    "{name} = type({name!r}, (Exception,), {{}})\n"
+    "def f(x):\n"
+    "    if shutil.which('expr') is None:\n"
+    "        raise {name}('raised in the split run only')\n"
+    "    return x + 1\n"
+)
+RAISES_NAMED = "def f(x):\n    raise type({name!r}, (Exception,), {{}})('its own')\n"
 ACCEPTS_ANY = FunctionTest("def check(candidate):\n    assert candidate(1) is not None\n", "f")
 QUADRATIC_IN_TEST = FunctionTest(
     "def check(candidate):\n    assert len(set(candidate(1))) == 1\n", "f", sample_names=()
@@ -622,6 +632,32 @@ RULES: tuple[Rule, ...] = (
         _req("import os, time\nos.write(3, b'\\x7f\\xff\\xff\\xff')\ntime.sleep(0.5)\n"),
         ("error", "timeout", "unsupported"),
     ),
+    # An exception class the program names after one of the harness's own findings: a
+    # verdict's reason can be that name, and nothing is decided by reading it back.
+    Rule(
+        "an_exception_named_test_raised_in_the_split_run_only",
+        _req(SPLIT_ONLY.format(name="test")),
+        "unsupported",
+        "not confirmed: test",
+    ),
+    Rule(
+        "an_exception_named_worker_lost",
+        _req(RAISES_NAMED.format(name="worker lost")),
+        "error",
+        "worker lost",
+    ),
+    Rule(
+        "an_exception_named_memory_error",
+        _req(RAISES_NAMED.format(name="MemoryError")),
+        "error",
+        "MemoryError",
+    ),
+    Rule(
+        "an_exception_named_memory_error_in_the_split_run_only",
+        _req(SPLIT_ONLY.format(name="MemoryError")),
+        "unsupported",
+        "not confirmed: MemoryError",
+    ),
     Rule(
         "test_work_quadratic_in_the_samples_value",
         _req(
@@ -702,7 +738,7 @@ def test_hostile_sample_gets_its_verdict_and_its_neighbours_theirs(
     assert verdict.status in rule.statuses(), verdict
     if rule.reason is not None:
         assert rule.reason in verdict.reason, verdict
-    assert verdict.reason != "worker lost"
+    assert not outcome.hostile.worker_lost
     for honest in outcome.honest + outcome.probe_right:
         assert honest.verdict.status == "passed", (honest.verdict, honest.stdout[:200])
     assert outcome.probe_wrong.verdict.status == "failed", outcome.probe_wrong.verdict

@@ -14,12 +14,23 @@ from evalsweep.cli import _output
 from evalsweep.cli._group import main
 from evalsweep.cli._output import no_color_option, say, user_errors, warn
 from evalsweep.cli._shared import (
+    Seconds,
     debug_option,
     json_option,
     store_option,
 )
 from evalsweep.options import click_option
 from evalsweep.options import k_values as parse_k_values
+
+
+def _sample_timeout(value: float) -> float:
+    """``--timeout``, checked as the sandbox's limits check it (imported only when used)."""
+    from evalsweep.execution._types import timeout_problem
+
+    problem = timeout_problem(value)
+    if problem is not None:
+        raise click.BadParameter(problem)
+    return value
 
 
 @main.command("code-eval")
@@ -40,7 +51,14 @@ from evalsweep.options import k_values as parse_k_values
 @click.option(
     "--workers", type=click.IntRange(1, 64), help="Sandboxed workers (default: 2 per CPU)."
 )
-@click.option("--timeout", type=float, default=3.0, show_default=True, help="Seconds per sample.")
+@click.option(
+    "--timeout",
+    type=Seconds(0.0, above=True, maximum=None),
+    callback=lambda ctx, param, value: _sample_timeout(value),
+    default=3.0,
+    show_default=True,
+    help="Seconds per sample.",
+)
 @click.option(
     "--results",
     "results_path",
@@ -135,8 +153,6 @@ def code_eval(
     from evalsweep.store import Store, default_store_path
 
     k_values = parse_k_values(ks)
-    if timeout <= 0:
-        raise click.BadParameter("--timeout must be positive")
     with progress_display(_output.stderr, enabled=not as_json) as bars:
         shown = {"done": -1}
 

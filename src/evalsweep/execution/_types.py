@@ -59,6 +59,19 @@ class SampleVerdict:
         return f"failed: {self.detail or self.reason}"
 
 
+#: The longest per-sample timeout (seconds) a run takes: a day.
+MAX_TIMEOUT = 86_400.0
+
+
+def timeout_problem(timeout: float) -> str | None:
+    """What is wrong with ``timeout`` as a per-sample timeout, or None."""
+    if not isinstance(timeout, (int, float)) or not math.isfinite(timeout):
+        return "must be a finite number of seconds"
+    if not 0 < timeout <= MAX_TIMEOUT:
+        return f"must be above 0 and at most {MAX_TIMEOUT:,.0f} seconds, got {timeout:g}"
+    return None
+
+
 #: A program's hard limit on open files (it may raise its soft limit to it), as in a login
 #: session under systemd (its default since version 240); where evalsweep may not raise its
 #: own hard limit that far, its own (see ``confine.rlimits_for``).
@@ -85,6 +98,11 @@ class Limits:
     # Python (the default: a verdict must not depend on what evalsweep itself installed),
     # or also the packages installed in this interpreter's environment (site-packages).
     installed_packages: bool = False
+
+    def __post_init__(self) -> None:
+        problem = timeout_problem(self.timeout)
+        if problem is not None:
+            raise ValueError(f"timeout {problem}")
 
     def cpu_seconds(self) -> int:
         """RLIMIT_CPU: a backstop behind the wall clock (SIGXCPU, then SIGKILL)."""
@@ -156,6 +174,10 @@ class ExecutionResult:
     stderr: str = ""
     stdout_bytes: int = 0
     stderr_bytes: int = 0
+    # The worker running it was lost (the verdict is the service's, not the sample's): a
+    # caller that can may run it again elsewhere. Never read off the verdict's reason,
+    # which can be the name of an exception class the program chose.
+    worker_lost: bool = False
 
 
 @dataclass(frozen=True)

