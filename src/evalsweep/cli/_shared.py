@@ -121,13 +121,10 @@ class Seconds(click.ParamType):
     def convert(
         self, value: Any, param: click.Parameter | None, ctx: click.Context | None
     ) -> float:
-        if isinstance(value, float):
-            number = value
-        else:
-            try:
-                number = float(value)
-            except (TypeError, ValueError):
-                self.fail(f"{value!r} is not a number of seconds", param, ctx)
+        try:
+            number = float(value)
+        except (TypeError, ValueError):
+            self.fail(f"{value!r} is not a number of seconds", param, ctx)
         low = number <= self.minimum if self.above else number < self.minimum
         high = self.maximum is not None and number > self.maximum
         if not math.isfinite(number) or low or high:

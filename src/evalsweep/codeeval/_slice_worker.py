@@ -21,8 +21,6 @@ from typing import IO, Any
 from evalsweep.codeeval._slices import NO_SANDBOX_EXIT, decode_slice, verdict_line
 from evalsweep.codeeval._usage import UsageMeter
 
-#: A verdict the service gives samples of a worker it lost: not a judgment, so not sent.
-
 
 def worker_facts() -> dict[str, Any]:
     """Host, interpreter and package versions of this worker."""
@@ -102,7 +100,7 @@ def judge_slice(data: bytes, out: IO[str]) -> int:
         positions = [position for position, _ in items]
 
         def on_result(index: int, result: ExecutionResult) -> None:
-            if result.worker_lost:
+            if result.worker_lost:  # the service's, not a judgment: not sent
                 return
             meter.add_sample(result.cpu_seconds)
             emit(verdict_line(positions[index], result))

@@ -135,7 +135,7 @@ def _atoms(value: object, out: set[tuple[str, object]]) -> None:
         for item in value:
             _atoms(item, out)
     elif isinstance(value, float):
-        out.add(("float", "nan" if math.isnan(value) else value.hex()))
+        out.add(("float", _atom_float(value)))
     elif isinstance(value, complex):
         out.add(("complex", (_atom_float(value.real), _atom_float(value.imag))))
     else:  # str, bytes, int, bool, None, Ellipsis
